@@ -1,0 +1,140 @@
+"""Instance catalog: the hardware facts every other layer is rendered from.
+
+Pure data, no pulumi import, so the node renderer (userdata/) and the tests use it
+directly. Every number carries its source key; `unconfirmed` names the fields that
+are derived rather than published, so they can be checked on a real node (the boot
+step compares them with `slurmd -C` and fails loudly when they disagree).
+
+Sources (full references in ../shared/design/FACTS.md section 1):
+  [K-IT]      aws/karpenter-provider-aws website/.../reference/instance-types.md
+              (generated from EC2 DescribeInstanceTypes: vCPU, memory MiB, GPUs,
+              EFA max interfaces, local NVMe GB, network bandwidth)
+  [K-FAKE]    aws/karpenter-provider-aws pkg/fake/zz_generated.describe_instance_types.go
+              (raw DescribeInstanceTypes record for p5.48xlarge)
+  [CNI]       aws/amazon-vpc-cni-k8s pkg/vpc/vpc_ip_resource_limit.go (network cards)
+  [EFA-ACC]   docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html
+              (EFA interface layout per card, per-card bandwidth)
+  [AWSOME-PC] aws-samples/awsome-distributed-training 2.aws-parallelcluster tips
+              (p4d/p4de Slurm node lines: 2 sockets x 24 cores x 2 threads)
+  [PC-5797]   aws/aws-parallelcluster#5797: `slurmd -C` on p5.48xlarge prints
+              CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 ThreadsPerCore=2
+              RealMemory=2047961
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The OS sees less memory than EC2's nominal figure (p5: 2047961 MB reported by
+# slurmd -C [PC-5797] vs 2097152 MiB nominal, 97.7%). Slurm drains a node whose
+# RealMemory exceeds what it finds ("Low RealMemory"), so we configure 95% of the
+# nominal value: below the one measured figure with ~2.7% headroom, and the same
+# fraction ParallelCluster uses. The boot step re-checks it against slurmd -C.
+REAL_MEMORY_FRACTION = 0.95
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """Hardware of one EC2 instance type, as Slurm and the EFA layout need it."""
+
+    name: str
+    gpu_model: str
+    gpus: int
+    gpu_memory_mib: int
+    vcpus: int
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    memory_mib: int  # EC2 nominal (DescribeInstanceTypes MemoryInfo.SizeInMiB)
+    network_cards: int
+    efa_count: int  # EFA interfaces we attach (one per network card)
+    efa_on_card0: bool  # card 0 carries an efa-only interface at DeviceIndex 1
+    local_nvme_gb: int
+    efa_gbps: int  # per-node EFA bandwidth, Gbit/s
+    cpu_vendor: str
+    sources: dict[str, str] = field(default_factory=dict)
+    unconfirmed: tuple[str, ...] = ()
+
+    @property
+    def real_memory_mib(self) -> int:
+        """Slurm RealMemory: safely below what `slurmd -C` reports."""
+        return int(self.memory_mib * REAL_MEMORY_FRACTION)
+
+    @property
+    def cpus_per_gpu(self) -> int:
+        """vCPUs per GPU: the --cpus-per-task EFA needs per rank (seed 000)."""
+        return self.vcpus // self.gpus if self.gpus else self.vcpus
+
+    @property
+    def efa_gbytes_per_s(self) -> float:
+        """Per-node EFA bandwidth in GB/s (decimal), the unit nccl-tests prints."""
+        return self.efa_gbps / 8
+
+    def __post_init__(self) -> None:
+        # A catalog typo would silently produce a node that drains at boot.
+        if self.sockets * self.cores_per_socket * self.threads_per_core != self.vcpus:
+            raise ValueError(f"{self.name}: sockets x cores x threads != vCPUs")
+        if self.efa_count > self.network_cards:
+            raise ValueError(f"{self.name}: more EFA interfaces than network cards")
+
+
+def _p5_family(name: str, gpu_model: str, gpu_memory_mib: int, *, cards: int,
+               vendor: str, sources: dict[str, str], unconfirmed: tuple[str, ...]) -> InstanceSpec:
+    return InstanceSpec(
+        name=name, gpu_model=gpu_model, gpus=8, gpu_memory_mib=gpu_memory_mib,
+        vcpus=192, sockets=2, cores_per_socket=48, threads_per_core=2,
+        memory_mib=2097152, network_cards=cards, efa_count=cards, efa_on_card0=True,
+        local_nvme_gb=30400, efa_gbps=3200, cpu_vendor=vendor,
+        sources=sources, unconfirmed=unconfirmed,
+    )
+
+
+CATALOG: dict[str, InstanceSpec] = {
+    spec.name: spec
+    for spec in (
+        InstanceSpec(
+            name="p4d.24xlarge", gpu_model="A100", gpus=8, gpu_memory_mib=40960,
+            vcpus=96, sockets=2, cores_per_socket=24, threads_per_core=2,
+            memory_mib=1179648, network_cards=4, efa_count=4, efa_on_card0=True,
+            local_nvme_gb=8000, efa_gbps=400, cpu_vendor="Intel",
+            sources={"gpus,vcpus,memory,nvme,bandwidth": "K-IT", "cards": "CNI",
+                     "topology": "AWSOME-PC", "layout": "EFA-ACC pattern"},
+            unconfirmed=("efa_on_card0",),
+        ),
+        InstanceSpec(
+            name="p4de.24xlarge", gpu_model="A100", gpus=8, gpu_memory_mib=81920,
+            vcpus=96, sockets=2, cores_per_socket=24, threads_per_core=2,
+            memory_mib=1179648, network_cards=4, efa_count=4, efa_on_card0=True,
+            local_nvme_gb=8000, efa_gbps=400, cpu_vendor="Intel",
+            sources={"gpus,vcpus,memory,nvme,bandwidth": "K-IT", "cards": "CNI",
+                     "topology": "AWSOME-PC", "layout": "EFA-ACC pattern"},
+            unconfirmed=("efa_on_card0",),
+        ),
+        _p5_family(
+            "p5.48xlarge", "H100", 81920, cards=32, vendor="AMD",
+            sources={"gpus,vcpus,memory,nvme,efa": "K-FAKE", "cards": "CNI",
+                     "topology": "PC-5797", "layout,bandwidth": "EFA-ACC"},
+            unconfirmed=(),
+        ),
+        _p5_family(
+            "p5e.48xlarge", "H200", 144384, cards=32, vendor="AMD",
+            sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI",
+                     "layout": "EFA-ACC"},
+            unconfirmed=("sockets", "cores_per_socket"),
+        ),
+        _p5_family(
+            "p5en.48xlarge", "H200", 144384, cards=16, vendor="Intel",
+            sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI",
+                     "layout": "EFA-ACC (16-card layout derived)"},
+            unconfirmed=("sockets", "cores_per_socket"),
+        ),
+        _p5_family(
+            "p6-b200.48xlarge", "B200", 183359, cards=8, vendor="Intel",
+            sources={"gpus,vcpus,memory,nvme,efa": "K-IT", "cards": "CNI",
+                     "layout,bandwidth": "EFA-ACC"},
+            unconfirmed=("sockets", "cores_per_socket"),
+        ),
+    )
+}
+
+SUPPORTED_INSTANCE_TYPES: tuple[str, ...] = tuple(sorted(CATALOG))
