@@ -18,12 +18,12 @@ main() {
   if ((${#missing[@]})); then
     echo "install-deps: installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
     # Debian's slurm/munge packages try to start their services on install; a
     # policy-rc.d that refuses keeps this machine's daemons to what tests start.
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod 755 /usr/sbin/policy-rc.d
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     rm -f /usr/sbin/policy-rc.d
   fi
   "$python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 \
