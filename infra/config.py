@@ -185,13 +185,13 @@ _TAG_KEY = re.compile(r"^[\w .:/=+\-@]{1,128}$")
 class ClusterConfig(Strict):
     name: str = Field(description="Cluster name: AWS resource names, Slurm ClusterName, /fsx paths.")
     instance_type: str = Field(description="GPU instance type from the catalog.")
-    network: NetworkConfig
-    capacity: CapacityConfig
-    fsx: FsxConfig = FsxConfig()
-    image: ImageConfig = ImageConfig()
-    root_volume: RootVolumeConfig = RootVolumeConfig()
-    slurm: SlurmConfig = SlurmConfig()
-    validation: ValidationConfig = ValidationConfig()
+    network: NetworkConfig = Field(description="Where the nodes live: one subnet in one AZ.")
+    capacity: CapacityConfig = Field(description="How many nodes, and which Capacity Blocks hold them.")
+    fsx: FsxConfig = Field(FsxConfig(), description="FSx for Lustre mounted at /fsx on every node.")
+    image: ImageConfig = Field(ImageConfig(), description="Node image (one image for every node).")
+    root_volume: RootVolumeConfig = Field(RootVolumeConfig(), description="Encrypted gp3 root volume.")
+    slurm: SlurmConfig = Field(SlurmConfig(), description="Slurm settings.")
+    validation: ValidationConfig = Field(ValidationConfig(), description="First-boot validation gate.")
     tags: dict[Annotated[str, Field(min_length=1)], str] = Field(default_factory=dict, description="Tags on every resource.")
 
     @field_validator("name")

@@ -1,0 +1,59 @@
+"""Config reference table, generated from the models so README.md cannot drift.
+
+`python -m infra.config_doc` prints the markdown table that README.md carries between
+the `config-reference` markers; tests/test_config_doc.py fails when they differ.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+
+from pydantic import BaseModel
+
+from infra.config import ROOT, ClusterConfig
+
+
+def _type_name(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " (optional)"
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in typing.get_args(annotation))
+    if origin is tuple:
+        return f"list of {_type_name(typing.get_args(annotation)[0])}"
+    if origin is dict:
+        return "map of string"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _rows(model: type[BaseModel], prefix: str) -> list[str]:
+    rows = []
+    for name, field in model.model_fields.items():
+        path = f"{prefix}.{name}"
+        annotation = field.annotation
+        nested = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        inner = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if field.is_required():
+            default = "required"
+        elif field.default_factory is not None or nested is not None:
+            default = "see below" if nested is not None else "`{}`"
+        else:
+            default = f"`{field.default!r}`" if field.default not in (None, ()) else "none"
+        rows.append(f"| `{path}` | {_type_name(annotation)} | {default} | {field.description or ''} |")
+        for sub in ([nested] if nested else inner):
+            sub_prefix = f"{path}[]" if typing.get_origin(annotation) is tuple else path
+            rows.extend(_rows(sub, sub_prefix))
+    return rows
+
+
+def reference_table() -> str:
+    head = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    return "\n".join(head + _rows(ClusterConfig, ROOT)) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_table(), end="")
