@@ -1,0 +1,290 @@
+"""Slurm configuration for gpu-cluster nodes: pure line builders and file renderer.
+
+No pulumi import: the node renderer, the local cluster and the tests call this directly.
+Logic lives here; the templates under `userdata/templates/slurm/` only place values.
+
+Registration uses Slurm's *dynamic nodes* (22.05+): slurm.conf has no NodeName lines,
+only `MaxNodeCount` and a partition with `Nodes=ALL`; every node starts
+`slurmd -Z --conf "<node line>"` with its own IPv4 NodeAddr. Why:
+- a node that replaces a failed one registers by itself; nobody edits slurm.conf or
+  runs `scontrol reconfigure` on the controller (seed 000: replacing a node is "launch
+  the same template again");
+- the user data carries no list of hostnames or addresses, so its bytes do not depend
+  on the node count and every node of a template gets the same bytes (issue 3);
+- the explicit `NodeAddr=<IPv4>` avoids the Ubuntu 24.04 pitfall where the hostname
+  resolves to an IPv6 link-local address (seed 000 Step 1).
+Measured on Slurm 22.05 (FACTS 9): the node registers with exactly the given NodeAddr.
+
+Boot-time values are placeholders `@NAME@` (no `/`, `&`, `\\` or `|`, so a plain
+`sed -e 's|@NAME@|value|g'` fills them): the controller's name and address and
+MaxNodeCount in slurm.conf, the node's address and block in the slurmd --conf line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from infra.catalog import InstanceSpec
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+
+# --- placeholders filled at boot ----------------------------------------------------
+
+SLURM_PLACEHOLDERS: dict[str, str] = {
+    "CONTROLLER_HOST": "@CONTROLLER_HOST@",  # short hostname of the controller node
+    "CONTROLLER_ADDR": "@CONTROLLER_ADDR@",  # its private IPv4
+    "MAX_NODES": "@MAX_NODES@",  # max_node_count(expected nodes), computed at boot
+}
+"""Placeholders in the slurm.conf template (/opt/gpu-cluster/templates/slurm.conf)."""
+
+NODE_PLACEHOLDERS: dict[str, str] = {
+    "NODE_ADDR": "@NODE_ADDR@",  # this node's private IPv4 (IMDS local-ipv4)
+    "NODE_BLOCK": "@NODE_BLOCK@",  # GpuClusterBlock tag: block name or `on-demand`
+}
+"""Placeholders in the slurmd --conf line (slurmd_conf_arg)."""
+
+_PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
+
+# MaxNodeCount = 2 * N + 4 (N = expected nodes, GpuClusterNodes tag). On EC2 a
+# replacement node comes up with a new address and therefore a new hostname
+# (ip-a-b-c-d), i.e. a new dynamic node, while the failed one keeps its slot (DOWN)
+# until `scontrol delete nodename=` removes it. 2N lets every node be replaced once
+# before anyone cleans up; +4 covers small clusters replacing the same node repeatedly.
+# The shell computes the same value: $((2 * N + 4)).
+MAX_NODES_FACTOR = 2
+MAX_NODES_SPARE = 4
+MAX_NODES_SHELL = "$((2 * GPU_CLUSTER_NODES + 4))"
+
+# Where `make install` of Pyxis 0.24.0 puts the plugin: prefix /usr/local, libdir
+# $(prefix)/lib, plugin dir $(libdir)/slurm (pyxis Makefile). A packaged Pyxis may
+# live elsewhere: pass pyxis_plugin_path.
+PYXIS_PLUGIN_PATH = "/usr/local/lib/slurm/spank_pyxis.so"
+
+# Job steps need a large locked-memory limit: EFA registers (pins) its buffers and
+# fails with "ibv_reg_mr failed, got error (12)" under a low memlock (seed 002 §17).
+# slurmd runs with this limit and slurm.conf stops Slurm from copying the submitting
+# shell's (often 8 MiB) limit into the job. Seed 002 §17 also reports a field case of
+# NCCL topology-search hangs on 256+ nodes with unlimited memlock, fixed with a large
+# finite value (8388608 KiB); change it here if that is ever seen (bytes for systemd).
+SLURMD_MEMLOCK = "infinity"
+SLURMD_NOFILE = 131072
+
+# Paths on the node. Templates the bootstrap fills at boot live under
+# /opt/gpu-cluster/templates (docs/node-contract.md); the rest is final.
+SLURM_CONF_TEMPLATE_PATH = "/opt/gpu-cluster/templates/slurm.conf"
+PYXIS_CONF_TEMPLATE_PATH = "/opt/gpu-cluster/templates/pyxis.conf"
+CHECK_SLURMD_C_PATH = "/opt/gpu-cluster/lib/check-slurmd-c.sh"
+PLUGSTACK_CONF = "/etc/slurm/plugstack.conf"
+PLUGSTACK_DIR = "/etc/slurm/plugstack.conf.d"
+FSX_ROOT_FMT = "/fsx/.gpu-cluster/{cluster}"
+
+_CGROUP_PLUGINS = ("autodetect", "cgroup/v1", "cgroup/v2")
+_FEATURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+# --- pure helpers -------------------------------------------------------------------
+
+def max_node_count(expected_nodes: int) -> int:
+    """MaxNodeCount for a cluster of `expected_nodes`: 2 * N + 4 (see MAX_NODES_FACTOR)."""
+    if expected_nodes < 1:
+        raise ValueError(f"expected_nodes must be >= 1, got {expected_nodes}")
+    return MAX_NODES_FACTOR * expected_nodes + MAX_NODES_SPARE
+
+
+def fill_placeholders(text: str, values: Mapping[str, object]) -> str:
+    """Replace `@NAME@` with values[NAME], as the boot's sed does.
+
+    Raises ValueError for a placeholder left without a value, and for a value the
+    boot's `sed 's|@NAME@|value|g'` could not carry (`|`, `&`, `\\`, newline).
+    """
+    for name, value in values.items():
+        if re.search(r"[|&\\\n]", str(value)):
+            raise ValueError(f"value for @{name}@ is not sed-safe: {value!r}")
+    missing = sorted({m for m in _PLACEHOLDER.findall(text) if m not in values})
+    if missing:
+        raise ValueError("no value for " + ", ".join(f"@{m}@" for m in missing))
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
+
+
+def instance_type_feature(instance_type: str) -> str:
+    """Node feature naming the instance type, e.g. `p5.48xlarge` (`--constraint=`)."""
+    if not _FEATURE.match(instance_type):
+        raise ValueError(f"'{instance_type}' cannot be a Slurm feature name")
+    return instance_type
+
+
+def node_conf_line(spec: InstanceSpec, node_addr: str, block: str,
+                   instance_type: str | None = None) -> str:
+    """The node definition a dynamic slurmd registers with (`slurmd -Z --conf`).
+
+    Topology and memory come from the catalog: slurmd -C must agree (the boot checks it
+    with check-slurmd-c.sh), and RealMemory stays below what the OS reports so the node
+    is not drained for "Low RealMemory". NodeName is not allowed in --conf: slurmd
+    uses the hostname. `node_addr` and `block` may be the @NODE_ADDR@/@NODE_BLOCK@
+    placeholders.
+    """
+    feature_block = f"block-{block}"
+    if not _FEATURE.match(feature_block.replace("@", "")):
+        raise ValueError(f"'{block}' cannot be part of a Slurm feature name")
+    features = f"{feature_block},{instance_type_feature(instance_type or spec.name)}"
+    parts = [
+        f"NodeAddr={node_addr}",
+        f"CPUs={spec.vcpus}",
+        "Boards=1",
+        f"SocketsPerBoard={spec.sockets}",
+        f"CoresPerSocket={spec.cores_per_socket}",
+        f"ThreadsPerCore={spec.threads_per_core}",
+        f"RealMemory={spec.real_memory_mib}",
+    ]
+    if spec.gpus:
+        parts.append(f"Gres=gpu:{spec.gpus}")
+    parts.append(f"Feature={features}")
+    return " ".join(parts)
+
+
+def slurmd_conf_arg(spec: InstanceSpec, block: str = NODE_PLACEHOLDERS["NODE_BLOCK"],
+                    instance_type: str | None = None) -> str:
+    """The `--conf` string for `slurmd -Z`, with @NODE_ADDR@ (and by default
+    @NODE_BLOCK@) left for the boot to fill; identical for every node of a template."""
+    return node_conf_line(spec, NODE_PLACEHOLDERS["NODE_ADDR"], block, instance_type)
+
+
+def def_cpu_per_gpu(spec: InstanceSpec) -> int | None:
+    """DefCpuPerGPU: vCPUs / GPUs, so a GPU job that forgets --cpus-per-task still
+    gets the CPUs EFA needs per rank (seed 000: 1 CPU per rank costs 4-10x bandwidth).
+    None on a GPU-less profile (the line is then omitted)."""
+    return spec.vcpus // spec.gpus if spec.gpus else None
+
+
+def gres_conf_lines(spec: InstanceSpec) -> list[str]:
+    """gres.conf lines. No NodeName: with dynamic nodes each slurmd reads its own copy."""
+    if not spec.gpus:
+        return []
+    last = spec.gpus - 1
+    return [f"Name=gpu File=/dev/nvidia[0-{last}]" if last else "Name=gpu File=/dev/nvidia0"]
+
+
+def state_save_location(cluster_name: str) -> str:
+    """slurmctld state on /fsx, so a replaced controller resumes the queue."""
+    return FSX_ROOT_FMT.format(cluster=cluster_name) + "/slurmctld"
+
+
+def job_comp_loc(cluster_name: str) -> str:
+    """Finished-job log on /fsx next to the state: survives a controller replacement."""
+    return state_save_location(cluster_name) + "/jobcomp.log"
+
+
+def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str, str]]:
+    """slurm.conf KEY=value pairs in file order (the partition line is placed by the template)."""
+    placeholder = SLURM_PLACEHOLDERS
+    settings = [
+        ("ClusterName", cluster_name),
+        ("SlurmctldHost", f"{placeholder['CONTROLLER_HOST']}({placeholder['CONTROLLER_ADDR']})"),
+        ("SlurmUser", "root"),
+        ("AuthType", "auth/munge"),
+        ("MpiDefault", "none"),
+        ("ProctrackType", "proctrack/cgroup"),
+        ("TaskPlugin", "task/cgroup,task/affinity"),
+        ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_Core"),
+        ("GresTypes", "gpu"),
+    ]
+    dcpg = def_cpu_per_gpu(spec)
+    if dcpg is not None:
+        settings.append(("DefCpuPerGPU", str(dcpg)))
+    settings += [
+        ("MaxNodeCount", placeholder["MAX_NODES"]),
+        ("TreeWidth", "65533"),
+        ("CommunicationParameters", "NoAddrCache"),
+        ("ReturnToService", "2"),
+        ("PropagateResourceLimitsExcept", "MEMLOCK"),
+        ("PlugStackConfig", PLUGSTACK_CONF),
+        ("StateSaveLocation", state_save_location(cluster_name)),
+        ("SlurmdSpoolDir", "/var/spool/slurmd"),
+        ("SlurmctldPidFile", "/run/slurmctld.pid"),
+        ("SlurmdPidFile", "/run/slurmd.pid"),
+        ("SlurmctldLogFile", "/var/log/slurm/slurmctld.log"),
+        ("SlurmdLogFile", "/var/log/slurm/slurmd.log"),
+        ("SlurmctldDebug", "info"),
+        ("SlurmdDebug", "info"),
+        ("SlurmctldTimeout", "300"),
+        ("SlurmdTimeout", "300"),
+        ("MinJobAge", "600"),
+        ("JobCompType", "jobcomp/filetxt"),
+        ("JobCompLoc", job_comp_loc(cluster_name)),
+    ]
+    return settings
+
+
+def partition_line(partition: str) -> str:
+    """The default partition; Nodes=ALL takes in every dynamic node as it registers."""
+    return f"PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+
+
+def check_values(spec: InstanceSpec) -> dict[str, int]:
+    """What check-slurmd-c.sh compares with `slurmd -C`."""
+    return {
+        "CPUs": spec.vcpus,
+        "Boards": 1,
+        "SocketsPerBoard": spec.sockets,
+        "CoresPerSocket": spec.cores_per_socket,
+        "ThreadsPerCore": spec.threads_per_core,
+        "RealMemory": spec.real_memory_mib,
+    }
+
+
+# --- rendering ----------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _render(template: str, **values: object) -> str:
+    header = f"Generated by gpu-cluster from {template}; do not edit"
+    return _env().get_template(template).render(header=header, **values)
+
+
+def render_slurm_files(cluster_name: str, partition: str, spec: InstanceSpec,
+                       cgroup_plugin: str = "autodetect",
+                       pyxis_plugin_path: str = PYXIS_PLUGIN_PATH) -> dict[str, str]:
+    """Every Slurm-related file a node gets, keyed by absolute node path.
+
+    `cgroup_plugin`: `autodetect` on the nodes (Ubuntu 24.04, cgroup v2); the local
+    test host has a cgroup v1 hierarchy and passes `cgroup/v1` (FACTS 9).
+    Paths under /opt/gpu-cluster/templates still hold placeholders (see module doc).
+    """
+    if cgroup_plugin not in _CGROUP_PLUGINS:
+        raise ValueError(f"cgroup_plugin must be one of {', '.join(_CGROUP_PLUGINS)}, got {cgroup_plugin!r}")
+    if not pyxis_plugin_path.startswith("/"):
+        raise ValueError(f"pyxis_plugin_path must be absolute, got {pyxis_plugin_path!r}")
+    limits = {"memlock": SLURMD_MEMLOCK, "nofile": SLURMD_NOFILE}
+    return {
+        SLURM_CONF_TEMPLATE_PATH: _render(
+            "slurm/slurm.conf.j2",
+            settings=slurm_conf_settings(cluster_name, spec),
+            partition_line=partition_line(partition),
+        ),
+        "/etc/slurm/gres.conf": _render("slurm/gres.conf.j2", lines=gres_conf_lines(spec)),
+        "/etc/slurm/cgroup.conf": _render("slurm/cgroup.conf.j2", cgroup_plugin=cgroup_plugin),
+        PLUGSTACK_CONF: _render("slurm/plugstack.conf.j2", plugstack_dir=PLUGSTACK_DIR),
+        PYXIS_CONF_TEMPLATE_PATH: _render("slurm/pyxis.conf.j2", plugin_path=pyxis_plugin_path),
+        "/etc/systemd/system/slurmd.service.d/gpu-cluster.conf": _render(
+            "slurm/slurmd-override.conf.j2", daemon="slurmd", **limits),
+        "/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf": _render(
+            "slurm/slurmd-override.conf.j2", daemon="slurmctld", **limits),
+        "/etc/systemd/logind.conf.d/gpu-cluster.conf": _render("slurm/logind-removeipc.conf.j2"),
+        CHECK_SLURMD_C_PATH: _render("slurm/check-slurmd-c.sh.j2", want=check_values(spec)),
+    }
