@@ -1,0 +1,70 @@
+"""Node identity: an instance role and profile for SSM access, nothing more.
+
+Shells go through SSM Session Manager (AmazonSSMManagedInstanceCore); no SSH key is
+created or referenced anywhere. The node scripts read their own identity and tags from
+instance metadata (IMDSv2, docs/node-contract.md), so no EC2 API permission is needed.
+The one optional extra is s3:GetObject on the single user-data payload object, when
+the rendered node files outgrow the inline user-data budget.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+SSM_CORE_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+
+EC2_ASSUME_ROLE_POLICY = json.dumps({
+    "Version": "2012-10-17",
+    "Statement": [{
+        "Effect": "Allow",
+        "Principal": {"Service": "ec2.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+    }],
+}, sort_keys=True)
+
+
+def payload_read_policy(object_arn: str) -> str:
+    """Read access to exactly one S3 object (the user-data payload)."""
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": object_arn}],
+    }, sort_keys=True)
+
+
+@dataclass
+class NodeIdentityArgs:
+    cluster_name: str
+    payload_object_arn: pulumi.Input[str] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class NodeIdentity(pulumi.ComponentResource):
+    """Outputs: role_name, instance_profile_name, instance_profile_arn."""
+
+    role_name: pulumi.Output[str]
+    instance_profile_name: pulumi.Output[str]
+    instance_profile_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NodeIdentityArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-cluster:index:NodeIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(
+            f"{name}-role", assume_role_policy=EC2_ASSUME_ROLE_POLICY,
+            description=f"gpu-cluster {args.cluster_name} GPU nodes (SSM access only)",
+            tags=args.tags, opts=child)
+        aws.iam.RolePolicyAttachment(f"{name}-ssm", role=role.name, policy_arn=SSM_CORE_POLICY_ARN, opts=child)
+        if args.payload_object_arn is not None:
+            aws.iam.RolePolicy(
+                f"{name}-payload", role=role.id,
+                policy=pulumi.Output.from_input(args.payload_object_arn).apply(payload_read_policy),
+                opts=child)
+        profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=args.tags, opts=child)
+        self.role_name = role.name
+        self.instance_profile_name = profile.name
+        self.instance_profile_arn = profile.arn
+        self.register_outputs({"role_name": role.name, "instance_profile_name": profile.name,
+                               "instance_profile_arn": profile.arn})

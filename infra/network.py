@@ -1,0 +1,112 @@
+"""Network: the one subnet every node and the file system live in.
+
+EFA OS-bypass traffic is not routable, so all EFA peers must share one subnet and AZ
+(FACTS 2.4). Either an existing subnet is used (its AZ is checked against the config
+before any resource is declared, `check_existing_subnet`), or a minimal VPC is created:
+a private subnet for the nodes and FSx, and a public subnet holding only the NAT
+gateway that gives the nodes egress for SSM and package/image pulls. Nodes cannot sit
+in a public subnet: instances with several network interfaces cannot get an
+auto-assigned public IP (FACTS 2.3).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import ROOT
+
+
+def check_existing_subnet(subnet_id: str, availability_zone: str) -> list[tuple[str, str]]:
+    """Look the subnet up (a data-source read, no resource) and compare its AZ.
+
+    Runs before any resource is declared, in preview and in up alike, so a wrong
+    subnet fails the same way as a config error: one `path: message` line.
+    """
+    found = aws.ec2.get_subnet(id=subnet_id)
+    if found.availability_zone != availability_zone:
+        return [(
+            f"{ROOT}.network.subnet_id",
+            f"subnet {subnet_id} is in {found.availability_zone} but network.availability_zone "
+            f"is {availability_zone}; EFA peers and the Capacity Blocks must share one AZ, so "
+            f"use a subnet in {availability_zone} or change the AZ (and the blocks) to {found.availability_zone}",
+        )]
+    return []
+
+
+def split_vpc_cidr(vpc_cidr: str) -> tuple[str, str]:
+    """(private, public) subnet CIDRs: the first and second quarter of the VPC.
+
+    The private subnet gets a quarter of the VPC (a /18 of a /16): each node needs only
+    one address (efa-only interfaces take none) plus FSx's few ENIs; the rest of the
+    VPC stays free for the user's own subnets.
+    """
+    net = ipaddress.ip_network(vpc_cidr, strict=False)
+    quarters = list(net.subnets(prefixlen_diff=2))
+    return str(quarters[0]), str(quarters[1])
+
+
+@dataclass
+class NetworkArgs:
+    cluster_name: str
+    availability_zone: str
+    subnet_id: str | None = None
+    vpc_cidr: str = "10.0.0.0/16"
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class Network(pulumi.ComponentResource):
+    """Existing subnet, or VPC + private subnet + NAT egress. Outputs vpc_id, subnet_id."""
+
+    vpc_id: pulumi.Output[str]
+    subnet_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-cluster:index:Network", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        if args.subnet_id:
+            existing = aws.ec2.get_subnet_output(id=args.subnet_id, opts=pulumi.InvokeOutputOptions(parent=self))
+            self.vpc_id = existing.vpc_id
+            self.subnet_id = pulumi.Output.from_input(args.subnet_id)
+            self.created = False
+        else:
+            self._create_vpc(name, args, child)
+            self.created = True
+        self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id})
+
+    def _create_vpc(self, name: str, args: NetworkArgs, child: pulumi.ResourceOptions) -> None:
+        def tags(suffix: str) -> dict[str, str]:
+            return {**args.tags, "Name": f"{args.cluster_name}-{suffix}"}
+
+        private_cidr, public_cidr = split_vpc_cidr(args.vpc_cidr)
+        # DNS support and hostnames: FSx is mounted by DNS name and SSM needs both.
+        vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=args.vpc_cidr, enable_dns_support=True,
+                          enable_dns_hostnames=True, tags=tags("vpc"), opts=child)
+        private = aws.ec2.Subnet(f"{name}-private", vpc_id=vpc.id, cidr_block=private_cidr,
+                                 availability_zone=args.availability_zone,
+                                 map_public_ip_on_launch=False, tags=tags("private"), opts=child)
+        public = aws.ec2.Subnet(f"{name}-public", vpc_id=vpc.id, cidr_block=public_cidr,
+                                availability_zone=args.availability_zone,
+                                map_public_ip_on_launch=False, tags=tags("public"), opts=child)
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=tags("igw"), opts=child)
+        eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=tags("nat"), opts=child)
+        nat = aws.ec2.NatGateway(f"{name}-nat", allocation_id=eip.id, subnet_id=public.id,
+                                 tags=tags("nat"),
+                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
+
+        public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=vpc.id, tags=tags("public"), opts=child)
+        aws.ec2.Route(f"{name}-public-default", route_table_id=public_rt.id,
+                      destination_cidr_block="0.0.0.0/0", gateway_id=igw.id, opts=child)
+        aws.ec2.RouteTableAssociation(f"{name}-public-assoc", route_table_id=public_rt.id,
+                                      subnet_id=public.id, opts=child)
+
+        private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=vpc.id, tags=tags("private"), opts=child)
+        aws.ec2.Route(f"{name}-private-default", route_table_id=private_rt.id,
+                      destination_cidr_block="0.0.0.0/0", nat_gateway_id=nat.id, opts=child)
+        aws.ec2.RouteTableAssociation(f"{name}-private-assoc", route_table_id=private_rt.id,
+                                      subnet_id=private.id, opts=child)
+        self.vpc_id = vpc.id
+        self.subnet_id = private.id

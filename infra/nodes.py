@@ -1,0 +1,96 @@
+"""Node groups: one Auto Scaling group per `ClusterConfig.node_groups()` entry.
+
+Why Auto Scaling groups rather than one `aws.ec2.Instance` per node:
+  - the number of resources is independent of the node count (a 1024-node cluster is
+    17 groups), so stack evaluation time does not grow with nodes;
+  - a terminated or EC2-unhealthy instance is replaced automatically from the same
+    launch template, and needs no edit to join (identity comes from IMDS tags);
+  - ASGs are the documented way to launch into a Capacity Block (FACTS 3.1, [ASG-CB]).
+
+The group pins the template's latest version number (Capacity Block groups must pin one,
+[ASG-CB]). A new template version therefore changes only the version the group launches
+*new* instances with; running instances keep running until someone replaces them on
+purpose (no `instance_refresh` block: Pulumi never starts a refresh).
+
+Scale-in protection stays off: the group's size is always min = max = desired, so the
+group never scales in on its own, and Capacity Block groups must be able to go to zero
+before the block ends ([ASG-CB]); protection would block exactly that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import NodeGroup
+
+ON_DEMAND = "on-demand"
+
+
+def asg_name(cluster_name: str, group_name: str) -> str:
+    return f"gpu-cluster-{cluster_name}-{group_name}"
+
+
+def instance_tags(cluster_name: str, group: NodeGroup, total_nodes: int,
+                  extra: dict[str, str]) -> dict[str, str]:
+    """Tags each instance carries; the node contract reads the GpuCluster* ones from IMDS."""
+    return {
+        **extra,
+        "Name": f"{cluster_name}-{group.role}",
+        "GpuClusterName": cluster_name,
+        "GpuClusterRole": group.role,
+        "GpuClusterNodes": str(total_nodes),
+        "GpuClusterBlock": group.block.name if group.block is not None else ON_DEMAND,
+    }
+
+
+@dataclass
+class NodeGroupArgs:
+    cluster_name: str
+    group: NodeGroup
+    total_nodes: int
+    subnet_id: pulumi.Input[str]
+    launch_template_id: pulumi.Input[str]
+    launch_template_version: pulumi.Input[int]
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class NodeGroupAsg(pulumi.ComponentResource):
+    """Outputs: asg_name."""
+
+    asg_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-cluster:index:NodeGroup", name, None, opts)
+        g = args.group
+        capacity = None
+        if g.block is not None:
+            # Launch only into this group's block (the template names it too).
+            capacity = aws.autoscaling.GroupCapacityReservationSpecificationArgs(
+                capacity_reservation_preference="capacity-reservations-only",
+                capacity_reservation_target=aws.autoscaling.GroupCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_ids=[g.block.reservation_id]))
+        tags = instance_tags(args.cluster_name, g, args.total_nodes, args.tags)
+        asg = aws.autoscaling.Group(
+            f"{name}-asg",
+            name=asg_name(args.cluster_name, g.name),
+            min_size=g.size, max_size=g.size, desired_capacity=g.size,
+            vpc_zone_identifiers=[args.subnet_id],
+            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(
+                id=args.launch_template_id,
+                version=pulumi.Output.from_input(args.launch_template_version).apply(lambda v: str(int(v)))),
+            capacity_reservation_specification=capacity,
+            # EC2 status checks: a stopped, impaired or reclaimed instance is replaced.
+            health_check_type="EC2",
+            health_check_grace_period=900,
+            # A block may start days after `pulumi up`; don't wait for instances.
+            wait_for_capacity_timeout="0",
+            protect_from_scale_in=False,
+            tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
+                  for k, v in sorted(tags.items())],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.asg_name = asg.name
+        self.register_outputs({"asg_name": asg.name})

@@ -1,0 +1,269 @@
+"""Offline render: run the real program under Pulumi's mocks, write what it would do.
+
+    python -m infra.render --stack dev --out DIR [--set dotted.path=value ...]
+
+Reads `Pulumi.<stack>.yaml`, applies `--set` overrides (paths relative to the
+`gpu-cluster:cluster` object, e.g. `capacity.nodes=4`, `capacity.capacity_blocks.0.instance_count=4`,
+values parsed as YAML; `aws:region=...` sets the region), runs `infra.stack.run()` with
+deterministic mocks and writes:
+  DIR/plan.json                       every resource (type, name, urn, inputs as the engine
+                                      sees them: camelCase) and the resolved stack outputs
+  DIR/userdata/<name>/user-data       exact bytes handed to EC2 before base64
+  DIR/userdata/<name>/files/<path>    every file that user data writes on the node
+  DIR/userdata/index.json             launch template -> user-data directory
+All templates share one user data today, so <name> is `node`; if templates ever
+diverge, each distinct user data gets the launch template's name.
+Bad config: the `path: message` lines on stderr, exit status 2. Output is byte-stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.config import CONFIG_KEY, CONFIG_NAMESPACE
+
+REPO = Path(__file__).resolve().parent.parent
+FSX_ID = "fs-0123456789abcdef0"
+FSX_MOUNT_NAME = "abcdefgh"
+
+_ID_PREFIX = {
+    "aws:ec2/vpc:Vpc": "vpc-", "aws:ec2/subnet:Subnet": "subnet-",
+    "aws:ec2/internetGateway:InternetGateway": "igw-", "aws:ec2/eip:Eip": "eipalloc-",
+    "aws:ec2/natGateway:NatGateway": "nat-", "aws:ec2/routeTable:RouteTable": "rtb-",
+    "aws:ec2/securityGroup:SecurityGroup": "sg-", "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "sgr-",
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": "sgr-",
+    "aws:ec2/launchTemplate:LaunchTemplate": "lt-", "aws:ec2/placementGroup:PlacementGroup": "pg-",
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": "dra-",
+}
+
+
+def _hex(name: str, n: int = 17) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:n]
+
+
+def _plain(value: Any) -> Any:
+    """Mock inputs as JSON: ints arrive as floats from the engine; keep them whole."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _mocks_base():
+    import pulumi
+
+    return pulumi.runtime.Mocks
+
+
+class PlanMocks(_mocks_base()):
+    """Deterministic ids and outputs; records every resource and invoke."""
+
+    def __init__(self, region: str, subnet_az: str | None = None, subnet_vpc: str = "vpc-0a1b2c3d4e5f60718"):
+        self.region = region
+        self.subnet_az = subnet_az
+        self.subnet_vpc = subnet_vpc
+        self.resources: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []
+
+    def new_resource(self, args):
+        inputs = _plain(dict(args.inputs))
+        self.resources.append({"type": args.typ, "name": args.name, "custom": bool(args.custom), "inputs": inputs})
+        state = dict(args.inputs)
+        typ, name = args.typ, args.name
+        if not args.custom:
+            return f"{name}_id", state
+        rid = _ID_PREFIX.get(typ, "") + _hex(name)
+        arn_name = state.get("name") or name
+        if typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            rid = FSX_ID
+            state.update(dnsName=f"{FSX_ID}.fsx.{self.region}.amazonaws.com", mountName=FSX_MOUNT_NAME,
+                         arn=f"arn:aws:fsx:{self.region}:123456789012:file-system/{FSX_ID}")
+        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state.update(latestVersion=1, defaultVersion=1,
+                         arn=f"arn:aws:ec2:{self.region}:123456789012:launch-template/{rid}")
+        elif typ == "aws:iam/role:Role":
+            state.setdefault("name", f"{name}-{_hex(name, 7)}")
+            rid = state["name"]
+            state["arn"] = f"arn:aws:iam::123456789012:role/{rid}"
+        elif typ == "aws:iam/instanceProfile:InstanceProfile":
+            state.setdefault("name", f"{name}-{_hex(name, 7)}")
+            rid = state["name"]
+            state["arn"] = f"arn:aws:iam::123456789012:instance-profile/{rid}"
+        elif typ == "aws:autoscaling/group:Group":
+            rid = state.get("name") or name
+            state["arn"] = f"arn:aws:autoscaling:{self.region}:123456789012:autoScalingGroup:{_hex(name, 8)}:autoScalingGroupName/{rid}"
+        elif typ == "aws:ec2/placementGroup:PlacementGroup":
+            state.setdefault("name", f"{name}-{_hex(name, 7)}")
+        else:
+            state.setdefault("arn", f"arn:aws:mock:{self.region}:123456789012:{arn_name}")
+        return rid, state
+
+    def call(self, args):
+        self.calls.append({"token": args.token, "args": _plain(dict(args.args))})
+        if args.token == "aws:ec2/getSubnet:getSubnet":
+            sid = args.args.get("id")
+            return {"id": sid, "availabilityZone": self.subnet_az, "vpcId": self.subnet_vpc,
+                    "cidrBlock": "10.0.0.0/18", "arn": f"arn:aws:ec2:{self.region}:123456789012:subnet/{sid}"}
+        raise NotImplementedError(f"no mock for invoke {args.token}; add one to infra/render.py PlanMocks")
+
+
+def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az: str | None = None):
+    """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks.
+
+    Returns (mocks, urns, outputs, node_files). Raises pulumi.RunError for bad config.
+    `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ).
+    """
+    import pulumi
+    from pulumi.runtime.mocks import MockMonitor
+    from pulumi.runtime.sync_await import _sync_await
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.settings import SETTINGS
+
+    if subnet_az is None and isinstance(raw_cluster, dict):
+        subnet_az = (raw_cluster.get("network") or {}).get("availability_zone")
+    mocks = PlanMocks(region, subnet_az=subnet_az)
+    monitor = MockMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack=stack, preview=False, monitor=monitor)
+    config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster), "aws:region": region}
+    pulumi.runtime.set_all_config(config)
+
+    from infra import stack as stack_mod
+
+    holder: dict[str, Any] = {}
+
+    def program():
+        result = stack_mod.run()
+        holder["result"] = result
+        return pulumi.Output.all(pulumi.Output.from_input(result.outputs), result.node_files)
+
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+    resolved: dict[str, Any] = {}
+
+    def program_and_wait():
+        out = program()
+        resolved["value"] = _sync_await(out.future())
+
+    _sync_await(run_pulumi_func(program_and_wait))
+    outputs, node_files = resolved["value"]
+    urns = {reg.urn.split("::")[-1] + "|" + reg.urn.split("::")[2].split("$")[-1]: reg.urn
+            for reg in monitor.resources.values()}
+    return mocks, urns, outputs, node_files
+
+
+def load_stack_config(stack: str, root: Path = REPO) -> tuple[dict[str, Any], str]:
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise SystemExit(f"no stack file {path.name}; stacks: "
+                         + ", ".join(sorted(p.name[7:-5] for p in root.glob("Pulumi.*.yaml"))))
+    doc = yaml.safe_load(path.read_text()) or {}
+    config = doc.get("config") or {}
+    return config.get(f"{CONFIG_NAMESPACE}:{CONFIG_KEY}"), config.get("aws:region", "us-east-1")
+
+
+def apply_override(raw: Any, assignment: str) -> Any:
+    """`a.b.0.c=value` (or `a.b[0].c=value`) applied to a copy of `raw`."""
+    path, sep, text = assignment.partition("=")
+    if not sep or not path:
+        raise ValueError(f"--set {assignment!r}: use dotted.path=value")
+    value = yaml.safe_load(text) if text != "" else ""
+    parts = [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
+    raw = json.loads(json.dumps(raw if raw is not None else {}))
+    node = raw
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            idx = int(part)
+            while len(node) <= idx:
+                node.append({})
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+        else:
+            if last:
+                node[part] = value
+            else:
+                nxt = parts[i + 1]
+                node = node.setdefault(part, [] if nxt.isdigit() else {})
+    return raw
+
+
+def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) -> dict[str, Any]:
+    raw, region = load_stack_config(stack, root)
+    for assignment in overrides:
+        if assignment.startswith("aws:region="):
+            region = assignment.partition("=")[2]
+        else:
+            raw = apply_override(raw, assignment)
+    mocks, urns, outputs, node_files = run_under_mocks(raw, region, stack=stack)
+
+    resources = []
+    for r in mocks.resources:
+        resources.append({**r, "urn": urns.get(f"{r['name']}|{r['type']}")})
+    resources.sort(key=lambda r: (r["urn"] or "", r["type"], r["name"]))
+    plan = {"stack": stack, "region": region, "resources": resources, "outputs": outputs}
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+
+    # Distinct user data, as EC2 receives it (decoded from the templates' inputs).
+    by_bytes: dict[bytes, list[str]] = {}
+    for r in resources:
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
+            by_bytes.setdefault(base64.b64decode(r["inputs"]["userData"]), []).append(r["name"])
+    index = {}
+    ud_root = out / "userdata"
+    for data, names in sorted(by_bytes.items(), key=lambda kv: sorted(kv[1])[0]):
+        dirname = "node" if len(by_bytes) == 1 else sorted(names)[0]
+        target = ud_root / dirname
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "user-data").write_bytes(data)
+        if data == node_files.user_data:
+            for path, content in sorted(node_files.files.items()):
+                dest = target / "files" / path.lstrip("/")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(content)
+        for n in names:
+            index[n] = dirname
+    if by_bytes:
+        (ud_root / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__.split("\n")[0])
+    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
+                        help="override a config value (path relative to gpu-cluster:cluster); repeatable")
+    args = parser.parse_args(argv)
+
+    import pulumi
+
+    try:
+        render(args.stack, args.out, args.overrides)
+    except pulumi.RunError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
+    sys.exit(main())

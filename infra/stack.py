@@ -1,0 +1,39 @@
+"""`pulumi up` entry: read `gpu-cluster:cluster`, validate it, build, export outputs."""
+
+from __future__ import annotations
+
+import pulumi
+
+from infra.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, parse_config
+
+
+def load_config() -> ClusterConfig:
+    raw = pulumi.Config(CONFIG_NAMESPACE).get_object(CONFIG_KEY)
+    try:
+        return parse_config(raw)
+    except ConfigError as err:
+        raise pulumi.RunError(str(err)) from None
+
+
+def aws_region() -> str:
+    region = pulumi.Config("aws").get("region")
+    if not region:
+        raise pulumi.RunError("aws:region: required; set it with `pulumi config set aws:region us-east-2`")
+    return region
+
+
+def run():
+    """Build the stack from config; config and preflight errors become RunError lines."""
+    from infra.cluster import build
+
+    cfg = load_config()
+    try:
+        return build(cfg, aws_region())
+    except ConfigError as err:
+        raise pulumi.RunError(str(err)) from None
+
+
+def main() -> None:
+    result = run()
+    for key, value in result.outputs.items():
+        pulumi.export(key, value)

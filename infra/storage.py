@@ -1,0 +1,94 @@
+"""FSx for Lustre: the shared /fsx (images, data, checkpoints, Slurm state, status).
+
+Placed in the cluster subnet with the nodes' security group (whose self rules cover
+the Lustre ports, see infra/security.py). LZ4 compression is on: it costs the clients
+nothing and cuts stored bytes for checkpoints and datasets. Lustre 2.15 is the version
+the Ubuntu 24.04 client packages speak (FACTS 4.5).
+
+EFA-enabled FSx is not used: it can only be set at creation, needs PERSISTENT_2 with a
+metadata configuration, an EFA-capable Lustre client set up for EFA on every node, and
+it then blocks later throughput changes (FACTS 4.2). Its benefit starts above
+~10 GB/s of file traffic, beyond what this cluster's default sizes deliver; the nodes'
+EFA bandwidth is kept for NCCL. Without EFA, PERSISTENT_2 needs no metadata
+configuration (FSx then provisions metadata IOPS automatically).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import FsxConfig
+
+LUSTRE_VERSION = "2.15"
+
+
+def split_s3_uri(s3_uri: str) -> tuple[str, str]:
+    """('bucket', 'prefix' without slashes) of an s3:// URI."""
+    rest = s3_uri.removeprefix("s3://")
+    bucket, _, prefix = rest.partition("/")
+    return bucket, prefix.strip("/")
+
+
+@dataclass
+class FileSystemArgs:
+    cluster_name: str
+    fsx: FsxConfig
+    subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class FileSystem(pulumi.ComponentResource):
+    """Outputs: file_system_id, dns_name, mount_name."""
+
+    file_system_id: pulumi.Output[str]
+    dns_name: pulumi.Output[str]
+    mount_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: FileSystemArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-cluster:index:FileSystem", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        cfg = args.fsx
+        persistent = cfg.deployment_type.startswith("PERSISTENT")
+        repo = cfg.data_repository
+        # PERSISTENT_1 and SCRATCH_2 link S3 through import/export paths on the file
+        # system itself; PERSISTENT_2 only through a data repository association.
+        legacy_link = repo is not None and cfg.deployment_type in ("PERSISTENT_1", "SCRATCH_2")
+        fs = aws.fsx.LustreFileSystem(
+            f"{name}-lustre",
+            deployment_type=cfg.deployment_type,
+            storage_type="SSD",
+            storage_capacity=cfg.storage_capacity_gib,
+            per_unit_storage_throughput=cfg.per_unit_storage_throughput if persistent else None,
+            subnet_ids=args.subnet_id,  # a single subnet id in pulumi-aws 7.x (FACTS 6.5)
+            security_group_ids=[args.security_group_id],
+            data_compression_type="LZ4",
+            file_system_type_version=LUSTRE_VERSION,
+            import_path=repo.s3_uri if legacy_link else None,
+            export_path=repo.s3_uri if legacy_link else None,
+            auto_import_policy="NEW_CHANGED_DELETED" if legacy_link else None,
+            tags={**args.tags, "Name": f"{args.cluster_name}-fsx"},
+            opts=child,
+        )
+        if repo is not None and cfg.deployment_type == "PERSISTENT_2":
+            events = ["NEW", "CHANGED", "DELETED"]
+            aws.fsx.DataRepositoryAssociation(
+                f"{name}-s3",
+                file_system_id=fs.id,
+                data_repository_path=repo.s3_uri,
+                file_system_path=repo.file_system_path,
+                batch_import_meta_data_on_create=True,
+                s3=aws.fsx.DataRepositoryAssociationS3Args(
+                    auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=events),
+                    auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=events),
+                ),
+                tags=args.tags,
+                opts=child,
+            )
+        self.file_system_id = fs.id
+        self.dns_name = fs.dns_name
+        self.mount_name = fs.mount_name
+        self.register_outputs({"file_system_id": fs.id, "dns_name": fs.dns_name, "mount_name": fs.mount_name})
