@@ -85,6 +85,7 @@ FSX_ROOT_FMT = "/fsx/.gpu-cluster/{cluster}"
 
 _CGROUP_PLUGINS = ("autodetect", "cgroup/v1", "cgroup/v2")
 _FEATURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_BLOCK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # config block names and `on-demand`
 
 
 # --- pure helpers -------------------------------------------------------------------
@@ -128,10 +129,9 @@ def node_conf_line(spec: InstanceSpec, node_addr: str, block: str,
     uses the hostname. `node_addr` and `block` may be the @NODE_ADDR@/@NODE_BLOCK@
     placeholders.
     """
-    feature_block = f"block-{block}"
-    if not _FEATURE.match(feature_block.replace("@", "")):
+    if block != NODE_PLACEHOLDERS["NODE_BLOCK"] and not _BLOCK.match(block):
         raise ValueError(f"'{block}' cannot be part of a Slurm feature name")
-    features = f"{feature_block},{instance_type_feature(instance_type or spec.name)}"
+    features = f"block-{block},{instance_type_feature(instance_type or spec.name)}"
     parts = [
         f"NodeAddr={node_addr}",
         f"CPUs={spec.vcpus}",
