@@ -95,7 +95,7 @@ def _set_key(text: str, key: str, value: str) -> str:
 
 
 @dataclass
-class TestLayout:
+class SlurmLayout:
     """Every path a test cluster uses, under one root."""
 
     root: Path
@@ -124,12 +124,16 @@ class TestLayout:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 
-def localize_slurm_conf(text: str, layout: TestLayout, *, ctld_port: int, slurmd_port: int) -> str:
+def localize_slurm_conf(text: str, layout: SlurmLayout, *, ctld_port: int, slurmd_port: int) -> str:
     """Point a filled slurm.conf at test paths, free ports and the private munged.
 
-    Only these keys change; the test asserts everything else as rendered.
+    Only these keys change; the test asserts everything else as rendered. FirstJobId
+    is derived from the (unique) controller port so job ids, and with them the job
+    cgroup paths (/sys/fs/cgroup/*/slurm/uid_0/job_N), never collide with another
+    test cluster or local cluster running on this host at the same time.
     """
     for key, value in (
+        ("FirstJobId", 1_000_000 + ctld_port * 100),
         ("StateSaveLocation", layout.state),
         ("SlurmdSpoolDir", layout.spool),
         ("SlurmctldPidFile", layout.run / "slurmctld.pid"),
@@ -146,7 +150,7 @@ def localize_slurm_conf(text: str, layout: TestLayout, *, ctld_port: int, slurmd
     return text
 
 
-def localize_plugstack_conf(text: str, layout: TestLayout) -> str:
+def localize_plugstack_conf(text: str, layout: SlurmLayout) -> str:
     return text.replace("/etc/slurm/plugstack.conf.d", str(layout.plugstack_dir))
 
 
@@ -167,7 +171,7 @@ class SlurmTestCluster:
     """A private munged + slurmctld (+ optional dynamic slurmds) under `layout.root`.
 
     Usage:
-        cluster = SlurmTestCluster(TestLayout(tmp_path))
+        cluster = SlurmTestCluster(SlurmLayout(tmp_path))
         cluster.write_configs({"slurm.conf": ..., "cgroup.conf": ...})  # filled, localized
         try:
             cluster.start_munged(); cluster.start_slurmctld()
@@ -177,7 +181,7 @@ class SlurmTestCluster:
             cluster.stop()
     """
 
-    layout: TestLayout
+    layout: SlurmLayout
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
