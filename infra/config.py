@@ -324,8 +324,11 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
             problems.append((p("capacity", "placement_group"), "Capacity Blocks are already co-located and do not take a placement group; remove it"))
         # Filling blocks in order must leave no block empty: an empty ASG in a
         # paid block is almost always a mistake in the stack file.
+        # The first block also holds the controller, so a first block of one instance
+        # with no worker left is fully used.
         for g in cfg.node_groups():
-            if g.role == "worker" and g.size == 0 and g.block is not None and len(blocks) > 1:
+            if (g.role == "worker" and g.size == 0 and g.block is not None and len(blocks) > 1
+                    and g.block.name != blocks[0].name):
                 idx = names.index(g.block.name)
                 problems.append((p("capacity", "capacity_blocks", idx), f"block '{g.block.name}' gets no nodes; remove it or raise capacity.nodes"))
 

@@ -119,6 +119,34 @@ class PlanMocks(_mocks_base()):
         raise NotImplementedError(f"no mock for invoke {args.token}; add one to infra/render.py PlanMocks")
 
 
+def run_with_mocks(program, mocks: "PlanMocks", stack: str = "dev", config: dict[str, str] | None = None):
+    """Run `program()` (declares resources, returns anything Output-able) under `mocks`.
+
+    Waits for every registration, then returns (resolved value, urn lookup) where the
+    lookup maps "name|type" to the resource's URN (which carries its parent's type).
+    """
+    import pulumi
+    from pulumi.runtime.mocks import MockMonitor
+    from pulumi.runtime.settings import SETTINGS
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    monitor = MockMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(config or {})
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+    resolved: dict[str, Any] = {}
+
+    def program_and_wait():
+        resolved["value"] = _sync_await(pulumi.Output.from_input(program()).future())
+
+    _sync_await(run_pulumi_func(program_and_wait))
+    urns = {reg.urn.split("::")[-1] + "|" + reg.urn.split("::")[2].split("$")[-1]: reg.urn
+            for reg in monitor.resources.values()}
+    return resolved.get("value"), urns
+
+
 def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az: str | None = None):
     """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks.
 
@@ -126,40 +154,19 @@ def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az
     `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ).
     """
     import pulumi
-    from pulumi.runtime.mocks import MockMonitor
-    from pulumi.runtime.sync_await import _sync_await
-    from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.settings import SETTINGS
 
     if subnet_az is None and isinstance(raw_cluster, dict):
         subnet_az = (raw_cluster.get("network") or {}).get("availability_zone")
     mocks = PlanMocks(region, subnet_az=subnet_az)
-    monitor = MockMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack=stack, preview=False, monitor=monitor)
     config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster), "aws:region": region}
-    pulumi.runtime.set_all_config(config)
-
-    from infra import stack as stack_mod
-
-    holder: dict[str, Any] = {}
 
     def program():
+        from infra import stack as stack_mod
+
         result = stack_mod.run()
-        holder["result"] = result
         return pulumi.Output.all(pulumi.Output.from_input(result.outputs), result.node_files)
 
-    SETTINGS.rpc_manager.clear()
-    SETTINGS.outputs.clear()
-    resolved: dict[str, Any] = {}
-
-    def program_and_wait():
-        out = program()
-        resolved["value"] = _sync_await(out.future())
-
-    _sync_await(run_pulumi_func(program_and_wait))
-    outputs, node_files = resolved["value"]
-    urns = {reg.urn.split("::")[-1] + "|" + reg.urn.split("::")[2].split("$")[-1]: reg.urn
-            for reg in monitor.resources.values()}
+    (outputs, node_files), urns = run_with_mocks(program, mocks, stack=stack, config=config)
     return mocks, urns, outputs, node_files
 
 

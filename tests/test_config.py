@@ -1,0 +1,149 @@
+"""Stack config validation: every invalid config names the exact path to fix."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from infra.config import ConfigError, parse_config
+from tests.mocks import stack_config, valid_raw
+
+R = "gpu-cluster:cluster"
+
+
+def _set(raw, path, value):
+    node = raw
+    parts = path.split(".")
+    for p in parts[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    last = parts[-1]
+    if value is _DEL:
+        del node[last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+_DEL = object()
+
+
+def _blocks(*specs):
+    return [{"name": n, "reservation_id": cr, "instance_count": c, "availability_zone": az}
+            for n, cr, c, az in specs]
+
+
+# (id, [(path, value), ...], expected path in the message, fragment of the message)
+INVALID = [
+    ("unsupported-type", [("instance_type", "p3.16xlarge")], f"{R}.instance_type", "p5.48xlarge"),
+    ("name-uppercase", [("name", "Prod")], f"{R}.name", "lowercase"),
+    ("name-too-long", [("name", "a" * 30)], f"{R}.name", "2-24"),
+    ("name-missing", [("name", _DEL)], f"{R}.name", "required"),
+    ("unknown-key", [("colour", "red")], f"{R}.colour", "unknown key"),
+    ("nested-unknown-key", [("fsx.size", 1)], f"{R}.fsx.size", "unknown key"),
+    ("bad-az", [("network.availability_zone", "ohio")], f"{R}.network.availability_zone", "availability zone"),
+    ("bad-subnet-id", [("network.subnet_id", "sn-1")], f"{R}.network.subnet_id", "subnet id"),
+    ("vpc-cidr-with-subnet", [("network.vpc_cidr", "10.1.0.0/16")], f"{R}.network.vpc_cidr", "only used"),
+    ("bad-cidr", [("network.subnet_id", _DEL), ("network.vpc_cidr", "10.0.0.0/8")], f"{R}.network.vpc_cidr", "/16"),
+    ("too-few-nodes", [("capacity.nodes", 1)], f"{R}.capacity.nodes", "greater than or equal to 2"),
+    ("nodes-above-blocks", [("capacity.nodes", 3)], f"{R}.capacity.nodes", "hold 2"),
+    ("block-too-big", [("capacity.capacity_blocks.0.instance_count", 65)],
+     f"{R}.capacity.capacity_blocks[0].instance_count", "at most 64"),
+    ("block-zero", [("capacity.capacity_blocks.0.instance_count", 0)],
+     f"{R}.capacity.capacity_blocks[0].instance_count", "greater than 0"),
+    ("block-other-az", [("capacity.capacity_blocks.0.availability_zone", "us-east-2a")],
+     f"{R}.capacity.capacity_blocks[0].availability_zone", "share one subnet"),
+    ("bad-reservation", [("capacity.capacity_blocks.0.reservation_id", "cb-1")],
+     f"{R}.capacity.capacity_blocks[0].reservation_id", "cr-"),
+    ("bad-block-name", [("capacity.capacity_blocks.0.name", "1st block")],
+     f"{R}.capacity.capacity_blocks[0].name", "block name"),
+    ("duplicate-block-name", [("capacity.nodes", 4), ("capacity.capacity_blocks", _blocks(
+        ("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("a", "cr-0123456789abcdef1", 2, "us-east-2b")))],
+     f"{R}.capacity.capacity_blocks[1].name", "duplicate"),
+    ("duplicate-reservation", [("capacity.nodes", 4), ("capacity.capacity_blocks", _blocks(
+        ("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("b", "cr-0123456789abcdef0", 2, "us-east-2b")))],
+     f"{R}.capacity.capacity_blocks[1].reservation_id", "twice"),
+    ("empty-second-block", [("capacity.capacity_blocks", _blocks(
+        ("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b")))],
+     f"{R}.capacity.capacity_blocks[1]", "no nodes"),
+    ("placement-with-blocks", [("capacity.placement_group", True)], f"{R}.capacity.placement_group", "co-located"),
+    ("fsx-capacity-increment", [("fsx.storage_capacity_gib", 3000)], f"{R}.fsx.storage_capacity_gib", "2400"),
+    ("fsx-capacity-small", [("fsx.storage_capacity_gib", 600)], f"{R}.fsx.storage_capacity_gib", "1200"),
+    ("fsx-scratch1-increment", [("fsx.deployment_type", "SCRATCH_1"), ("fsx.per_unit_storage_throughput", None),
+                                ("fsx.storage_capacity_gib", 4800)], f"{R}.fsx.storage_capacity_gib", "3600"),
+    ("fsx-throughput-p2", [("fsx.per_unit_storage_throughput", 200)], f"{R}.fsx.per_unit_storage_throughput", "125"),
+    ("fsx-throughput-p1", [("fsx.deployment_type", "PERSISTENT_1"), ("fsx.per_unit_storage_throughput", 250)],
+     f"{R}.fsx.per_unit_storage_throughput", "50"),
+    ("fsx-throughput-scratch", [("fsx.deployment_type", "SCRATCH_2"), ("fsx.per_unit_storage_throughput", 125)],
+     f"{R}.fsx.per_unit_storage_throughput", "no per-unit"),
+    ("fsx-bad-type", [("fsx.deployment_type", "PERSISTENT_3")], f"{R}.fsx.deployment_type", "PERSISTENT_3"),
+    ("fsx-bad-s3", [("fsx.data_repository", {"s3_uri": "https://bucket"})],
+     f"{R}.fsx.data_repository.s3_uri", "S3 URI"),
+    ("fsx-repo-path", [("fsx.data_repository", {"s3_uri": "s3://bucket/x", "file_system_path": "/"})],
+     f"{R}.fsx.data_repository.file_system_path", "absolute path"),
+    ("ami-and-ssm", [("image", {"ami_id": "ami-0123456789abcdef0", "ssm_parameter": "/x/y"})],
+     f"{R}.image.ssm_parameter", "not both"),
+    ("bad-ami", [("image", {"ami_id": "ubuntu"})], f"{R}.image.ami_id", "AMI id"),
+    ("root-too-small", [("root_volume", {"size_gib": 50})], f"{R}.root_volume.size_gib", "100"),
+    ("partition-default", [("slurm", {"partition": "default"})], f"{R}.slurm.partition", "DEFAULT"),
+    ("partition-space", [("slurm", {"partition": "my part"})], f"{R}.slurm.partition", "partition name"),
+    ("reserved-tag", [("tags", {"aws:owner": "x"})], f"{R}.tags", "reserved"),
+    ("validation-margin", [("validation", {"baseline_margin": 1.5})], f"{R}.validation.baseline_margin", "less than 1"),
+]
+
+
+@pytest.mark.parametrize("mutations,path,fragment", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_config_names_the_path(mutations, path, fragment):
+    raw = valid_raw()
+    for p, v in mutations:
+        _set(raw, p, v)
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    lines = str(exc.value).splitlines()
+    hits = [line for line in lines if line.startswith(f"{path}: ")]
+    assert hits, f"no line for {path}; got {lines}"
+    assert any(fragment in line for line in hits), hits
+
+
+def test_table_is_large_enough():
+    assert len(INVALID) >= 20
+
+
+def test_all_problems_reported_at_once():
+    raw = valid_raw()
+    raw["capacity"]["nodes"] = 9
+    raw["fsx"] = {"storage_capacity_gib": 1300, "per_unit_storage_throughput": 300}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    paths = [p for p, _ in exc.value.problems]
+    assert paths == [f"{R}.capacity.nodes", f"{R}.fsx.storage_capacity_gib", f"{R}.fsx.per_unit_storage_throughput"]
+
+
+def test_not_an_object():
+    with pytest.raises(ConfigError) as exc:
+        parse_config(None)
+    assert str(exc.value).startswith(f"{R}: missing")
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_stack_files_parse(stack):
+    raw, _ = stack_config(stack)
+    cfg = parse_config(copy.deepcopy(raw))
+    assert cfg.name == stack
+    groups = [(g.name, g.role, g.size) for g in cfg.node_groups()]
+    if stack == "dev":
+        assert cfg.instance_type == "p5.48xlarge" and cfg.network.subnet_id
+        assert groups == [("controller", "controller", 1), ("block-a", "worker", 1)]
+    else:
+        assert cfg.instance_type == "p5en.48xlarge" and cfg.network.subnet_id is None
+        assert groups == [("controller", "controller", 1), ("block-a", "worker", 7), ("block-b", "worker", 8)]
+        assert cfg.fsx.data_repository is not None
+
+
+def test_first_block_holding_only_the_controller_is_used():
+    raw = valid_raw()
+    raw["capacity"] = {"nodes": 3, "capacity_blocks": _blocks(
+        ("a", "cr-0123456789abcdef0", 1, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b"))}
+    cfg = parse_config(raw)
+    assert [(g.name, g.size) for g in cfg.node_groups()] == [("controller", 1), ("block-a", 0), ("block-b", 2)]
