@@ -297,7 +297,7 @@ def evaluate(text, expect_transport="any", expect_nics=None, min_busbw=None, min
         if expect_transport != "any" and r["transport"] and r["transport"] != expect_transport:
             r["reasons"].append(f"provider {r['transport']}, expected {expect_transport}")
     else:
-        torch = any(TORCH.match(ln) or TORCH_HEAD.search(ln) for ln in lines)
+        torch = "torch_comm_bench" in text or any(TORCH.match(ln) for ln in lines)
         r = parse_torch(text, lines) if torch else parse_nccl_tests(text, lines)
         _check_transport(r, expect_transport, expect_nics)
         size = r["max_size_bytes"]
@@ -310,7 +310,7 @@ def evaluate(text, expect_transport="any", expect_nics=None, min_busbw=None, min
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description="GO / NO-GO verdicts for validation logs")
     p.add_argument("--expect-transport", choices=("efa", "ib", "any"), default="any")
     p.add_argument("--expect-nics", type=int)
     p.add_argument("--min-busbw", type=float, help="GB/s at the largest size")

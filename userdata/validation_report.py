@@ -1,0 +1,345 @@
+"""Validation run bookkeeping: step verdicts, node pairs, report, baseline, drains.
+
+Stdlib only; ships as /opt/gpu-cluster/lib/validation_report.py next to verdict.py.
+gate.sh stays thin and calls, per run directory <fsx_root>/validation/<run-id>/:
+
+  start --nodes a,b --job-id J      run.json (cluster, instance type, node list)
+  plan  --nodes a,b --features F    node pairs "A B KIND" (F: `sinfo -h -N -o '%N %f'`)
+  check --step S --nodes a,b [--kind K] --log L   verdict of one step, exit 0 GO / 1 NO-GO
+  skip  --step S --nodes a,b [--kind K] --reason R
+  build [--drain]                   report.json + summary.txt, baseline, drains
+  status                            overall verdict of the latest run (controller)
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+try:
+    from userdata import verdict
+except ImportError:  # on a node: verdict.py sits next to this file
+    import verdict
+
+# step -> (figure compared, thresholds key, "min" floor or "max" ceiling)
+FIGURES = {
+    "single": ("busbw", None, "min"),
+    "all_reduce": ("algbw", "all_reduce_min_algbw", "min"),
+    "alltoall": ("algbw", "alltoall_min_algbw", "min"),
+    # the container run must match the host (seed step 2), so the same floors apply
+    "torch_all_reduce": ("algbw", "all_reduce_min_algbw", "min"),
+    "torch_all_to_all": ("algbw", "alltoall_min_algbw", "min"),
+    "pingpong": ("latency_us", "pingpong_max_latency_us", "max"),
+}
+PAIR_STEPS = ("all_reduce", "alltoall", "torch_all_reduce", "torch_all_to_all", "pingpong")
+REASON_PREFIX = "gpu-cluster validation: "
+
+
+def load_json(path, default=None):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def write_json(path, data):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def usable_baseline(config, baseline):
+    """The baseline applies only to the same instance type (figures differ per type)."""
+    if baseline and baseline.get("instance_type") == config["instance_type"]:
+        return baseline.get("figures", {})
+    return {}
+
+
+def limit_for(step, config, baseline_figures):
+    """(limit, source) for a step: catalog threshold, tightened by the baseline."""
+    figure, key, kind = FIGURES[step]
+    th = config["thresholds"]
+    limit = th.get(key) if key else None
+    source = "catalog" if limit is not None else None
+    base = baseline_figures.get(f"{step}.{figure}")
+    margin = float(config.get("baseline_margin", 0.1))
+    if base is not None:
+        b = base * (1 - margin) if kind == "min" else base * (1 + margin)
+        if limit is None or (b > limit if kind == "min" else b < limit):
+            limit, source = round(b, 2), f"baseline {base} -/+ {margin:.0%}"
+    return limit, source
+
+
+def check_step(config, baseline_figures, step, text):
+    """Verdict dict for one step's log (pmix is a plain srun --mpi=list check)."""
+    if step == "pmix":
+        ok = re.search(r"\bpmix", text) is not None
+        return {"tool": "srun --mpi=list", "verdict": "GO" if ok else "NO-GO",
+                "reasons": [] if ok else ["pmix not listed by srun --mpi=list: Slurm built "
+                                          "without PMIx (--with-pmix)"], "notes": []}
+    th = config["thresholds"]
+    limit, source = limit_for(step, config, baseline_figures)
+    figure, _, kind = FIGURES[step]
+    kw = {}
+    if step != "single":  # one node rides NVLink only: no transport or NIC expectation
+        kw = {"expect_transport": th["expect_transport"], "expect_nics": th["expect_nics"]}
+    if limit is not None:
+        kw[{"algbw": "min_algbw", "busbw": "min_busbw", "latency_us": "max_latency_us"}[figure]] = limit
+    r = verdict.evaluate(text, **kw)
+    r.update(figure=figure, value=r.get(figure), limit=limit, limit_kind=kind, limit_source=source)
+    return r
+
+
+def pairs(nodes, features):
+    """Node pairs: a ring inside each capacity block (every node meets two different
+    partners, so a single bad node fails both of its pairs and is named), plus one
+    pair across each neighbouring block boundary, reported separately (seed: spine
+    differs between blocks)."""
+    blocks = {}
+    for n in nodes:
+        feats = features.get(n, [])
+        b = next((f[len("block-"):] for f in feats if f.startswith("block-")), "default")
+        blocks.setdefault(b, []).append(n)
+    out = []
+    for b in sorted(blocks):
+        members = blocks[b]
+        if len(members) == 2:
+            out.append((members[0], members[1], f"within:{b}"))
+        elif len(members) > 2:
+            out.extend((members[i], members[(i + 1) % len(members)], f"within:{b}")
+                       for i in range(len(members)))
+    names = sorted(blocks)
+    for a, b in zip(names, names[1:]):
+        out.append((blocks[a][0], blocks[b][0], f"across:{a}/{b}"))
+    return out
+
+
+def parse_features(text):
+    feats = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            feats[parts[0]] = parts[1].split(",")
+        elif parts:
+            feats.setdefault(parts[0], [])
+    return feats
+
+
+def blame(records):
+    """Nodes to drain, with the reason: failed single-node checks, and nodes whose
+    every within-block pair failed while some other pair passed (otherwise the
+    failure is cluster-wide configuration, not a node)."""
+    bad = {}
+    for r in records:
+        if r["step"] == "single" and r["verdict"] == "NO-GO":
+            bad.setdefault(r["nodes"][0], f"single-node all_reduce NO-GO: {_first(r)}")
+    pair_ok = {}
+    why = {}
+    for r in records:
+        if r["step"] in PAIR_STEPS and r["verdict"] != "SKIPPED" and r["kind"].startswith("within"):
+            key = tuple(r["nodes"])
+            pair_ok[key] = pair_ok.get(key, True) and r["verdict"] == "GO"
+            if r["verdict"] == "NO-GO":
+                why.setdefault(key, f"{r['step']} NO-GO with {{other}}: {_first(r)}")
+    if any(pair_ok.values()):
+        for node in sorted({n for key in pair_ok for n in key}):
+            mine = [key for key in pair_ok if node in key]
+            if mine and not any(pair_ok[k] for k in mine):
+                other = ",".join(n for n in mine[0] if n != node)
+                bad.setdefault(node, why[mine[0]].replace("{other}", other))
+    return bad
+
+
+def _first(r):
+    return r["reasons"][0] if r.get("reasons") else "no reason recorded"
+
+
+def drain(nodes_reasons, runner=subprocess.run):
+    """Drain each node with the reason in Slurm's reason field."""
+    done = {}
+    for node, why in sorted(nodes_reasons.items()):
+        reason = (REASON_PREFIX + why)[:200]
+        res = runner(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
+                     capture_output=True, text=True, check=False)
+        done[node] = {"reason": reason, "rc": res.returncode, "stderr": (res.stderr or "").strip()}
+    return done
+
+
+def figures_of(records):
+    """Median figure per step over GO records: what the baseline stores."""
+    vals = {}
+    for r in records:
+        if r["verdict"] == "GO" and r.get("value") is not None and r["step"] in FIGURES:
+            vals.setdefault(f"{r['step']}.{r['figure']}", []).append(r["value"])
+    return {k: round(statistics.median(v), 2) for k, v in sorted(vals.items())}
+
+
+def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None):
+    meta = load_json(os.path.join(run_dir, "run.json"), {})
+    records = []
+    try:
+        with open(os.path.join(run_dir, "steps.jsonl"), encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        pass
+    nogo = [r for r in records if r["verdict"] == "NO-GO"]
+    bad = blame(records)
+    report = {
+        "run_id": meta.get("run_id", os.path.basename(run_dir.rstrip("/"))),
+        "job_id": meta.get("job_id"), "cluster": config["cluster_name"],
+        "instance_type": config["instance_type"], "nodes": meta.get("nodes", []),
+        "started": meta.get("started"), "finished": now or _now(),
+        "thresholds": config["thresholds"], "baseline_margin": config.get("baseline_margin"),
+        "steps": records, "blamed_nodes": bad,
+        "skipped": [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records
+                    if r["verdict"] == "SKIPPED"],
+        "verdict": "NO-GO" if nogo or not records else "GO",
+    }
+    if not records:
+        report["reasons"] = ["no step recorded: the job died before its first step"]
+    base_path = os.path.join(root, "baseline.json")
+    baseline = load_json(base_path)
+    report["baseline"] = {"path": base_path, "run_id": (baseline or {}).get("run_id"),
+                          "applied": bool(usable_baseline(config, baseline))}
+    figs = figures_of(records)
+    if report["verdict"] == "GO" and figs and baseline is None:
+        write_json(base_path, {"run_id": report["run_id"], "instance_type": config["instance_type"],
+                               "cluster": config["cluster_name"], "created": report["finished"],
+                               "figures": figs})
+        report["baseline"].update(run_id=report["run_id"], recorded=True)
+    report["drained"] = drain(bad, runner) if do_drain and bad else {}
+    write_json(os.path.join(run_dir, "report.json"), report)
+    text = summary(report)
+    with open(os.path.join(run_dir, "summary.txt"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(root, "latest"), "w", encoding="utf-8") as f:
+        f.write(report["run_id"] + "\n")
+    return report
+
+
+def _fmt(r):
+    if r["verdict"] == "SKIPPED" or r.get("value") is None:
+        return ""
+    unit = "us" if r["figure"] == "latency_us" else "GB/s"
+    lim = ""
+    if r.get("limit") is not None:
+        lim = f" ({r['limit_kind']} {r['limit']} {unit}, {r['limit_source']})"
+    return f"{r['figure'].replace('_us', '')} {r['value']} {unit}{lim}"
+
+
+def summary(report):
+    out = [f"gpu-cluster validation {report['run_id']}: {report['verdict']}",
+           f"cluster {report['cluster']}, {report['instance_type']}, {len(report['nodes'])} node(s): "
+           f"{','.join(report['nodes'])}"]
+    for r in report["steps"]:
+        line = f"  {r['verdict']:7} {r['step']:17} {'+'.join(r['nodes']):28} {r.get('kind') or '':16} {_fmt(r)}"
+        out.append(line.rstrip())
+        if r["verdict"] != "GO":
+            out.extend(f"           - {why}" for why in r.get("reasons", []))
+        out.extend(f"           note: {n}" for n in r.get("notes", []))
+    for why in report.get("reasons", []):
+        out.append(f"  NO-GO: {why}")
+    for node, why in sorted(report["blamed_nodes"].items()):
+        d = report["drained"].get(node)
+        state = "" if d is None else (" -> drained" if d["rc"] == 0 else f" -> drain FAILED: {d['stderr']}")
+        out.append(f"  bad node {node}: {why}{state}")
+    b = report["baseline"]
+    if b.get("recorded"):
+        out.append(f"  baseline recorded from this run: {b['path']}")
+    elif b.get("run_id"):
+        out.append(f"  compared with baseline {b['run_id']}" + ("" if b["applied"] else
+                                                                 " (other instance type: not applied)"))
+    return "\n".join(out) + "\n"
+
+
+def _now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _append(run_dir, record):
+    with open(os.path.join(run_dir, "steps.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="first-boot validation report")
+    p.add_argument("--config", default="/opt/gpu-cluster/validation/config.json")
+    p.add_argument("--run", help="run directory")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start")
+    s.add_argument("--nodes", required=True)
+    s.add_argument("--job-id", default="")
+    s = sub.add_parser("plan")
+    s.add_argument("--nodes", required=True)
+    s.add_argument("--features", required=True, help="file with `sinfo -h -N -o '%%N %%f'` output")
+    for name in ("check", "skip"):
+        s = sub.add_parser(name)
+        s.add_argument("--step", required=True, choices=("pmix",) + tuple(FIGURES))
+        s.add_argument("--nodes", required=True)
+        s.add_argument("--kind", default="")
+        s.add_argument("--log" if name == "check" else "--reason", required=True)
+    s = sub.add_parser("build")
+    s.add_argument("--drain", action="store_true")
+    sub.add_parser("status").add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    config = load_json(a.config)
+    if config is None:
+        print(f"cannot read {a.config}", file=sys.stderr)
+        return 2
+    root = os.path.join(config["fsx_root"], "validation")
+    nodes = [n for n in getattr(a, "nodes", "").split(",") if n]
+    if a.cmd == "start":
+        os.makedirs(a.run, exist_ok=True)
+        write_json(os.path.join(a.run, "run.json"), {"run_id": os.path.basename(a.run.rstrip("/")),
+                                                     "job_id": a.job_id, "nodes": nodes, "started": _now()})
+    elif a.cmd == "plan":
+        with open(a.features, encoding="utf-8") as f:
+            feats = parse_features(f.read())
+        for x, y, kind in pairs(nodes, feats):
+            print(x, y, kind)
+    elif a.cmd == "skip":
+        _append(a.run, {"step": a.step, "nodes": nodes, "kind": a.kind, "verdict": "SKIPPED",
+                        "reasons": [a.reason], "notes": []})
+        print(f"SKIPPED {a.step} {'+'.join(nodes)}: {a.reason}")
+    elif a.cmd == "check":
+        try:
+            with open(a.log, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError as e:
+            text = f"cannot read log: {e}"
+        base = usable_baseline(config, load_json(os.path.join(root, "baseline.json")))
+        r = check_step(config, base, a.step, text)
+        r.update(step=a.step, nodes=nodes, kind=a.kind, log=a.log)
+        _append(a.run, r)
+        print(f"{r['verdict']} {a.step} {'+'.join(nodes)} {_fmt(r)}".rstrip())
+        for why in r["reasons"]:
+            print(f"  - {why}")
+        return 0 if r["verdict"] == "GO" else 1
+    elif a.cmd == "build":
+        report = build(config, a.run, root, a.drain)
+        sys.stdout.write(summary(report))
+        return 0 if report["verdict"] == "GO" else 1
+    elif a.cmd == "status":
+        try:
+            with open(os.path.join(root, "latest"), encoding="utf-8") as f:
+                run_id = f.read().strip()
+        except OSError:
+            print(f"no validation run recorded under {root}")
+            return 2
+        report = load_json(os.path.join(root, run_id, "report.json"))
+        if report is None:
+            print(f"run {run_id}: report missing under {root}")
+            return 2
+        sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n" if a.json else summary(report))
+        return 0 if report["verdict"] == "GO" else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
