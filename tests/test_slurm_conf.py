@@ -150,7 +150,6 @@ def test_slurm_conf_settings_exact():
         "DefCpuPerGPU": "24",
         "MaxNodeCount": "@MAX_NODES@",
         "TreeWidth": "65533",
-        "CommunicationParameters": "NoAddrCache",
         "ReturnToService": "2",
         "PropagateResourceLimitsExcept": "MEMLOCK",
         "PlugStackConfig": "/etc/slurm/plugstack.conf",
@@ -232,6 +231,7 @@ EXPECTED_PATHS = {
     "/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf",
     "/etc/systemd/logind.conf.d/gpu-cluster.conf",
     "/opt/gpu-cluster/lib/check-slurmd-c.sh",
+    "/opt/gpu-cluster/templates/slurmd.default",
 }
 
 
@@ -272,23 +272,48 @@ def test_plugstack_and_pyxis():
 
 def test_systemd_and_logind_dropins():
     files = sc.render_slurm_files("demo", "train", P5)
-    for unit in ("slurmd", "slurmctld"):
-        assert _body(files[f"/etc/systemd/system/{unit}.service.d/gpu-cluster.conf"]) == [
-            "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072"]
+    assert _body(files["/etc/systemd/system/slurmd.service.d/gpu-cluster.conf"]) == [
+        "[Unit]", "RequiresMountsFor=/fsx",
+        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072",
+        "EnvironmentFile=/etc/default/slurmd",
+        "ExecStart=",
+        'ExecStart=/usr/sbin/slurmd -D -s -Z --conf "${SLURMD_NODE_CONF}" $SLURMD_OPTIONS',
+    ]
+    assert _body(files["/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf"]) == [
+        "[Unit]", "RequiresMountsFor=/fsx",
+        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072",
+    ]
     assert _body(files["/etc/systemd/logind.conf.d/gpu-cluster.conf"]) == ["[Login]", "RemoveIPC=no"]
 
 
-def test_systemd_dropins_parse(tmp_path):
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_slurmd_default_carries_the_node_line(name, tmp_path):
+    text = sc.render_slurm_files("demo", "train", CATALOG[name])[sc.SLURMD_DEFAULT_TEMPLATE_PATH]
+    assert _body(text) == [f'SLURMD_NODE_CONF="{EXPECTED_CONF_ARG[name]}"']
+    # Filled like the boot does, the file sources to exactly one --conf argument.
+    filled = sc.fill_placeholders(text, {"NODE_ADDR": "10.0.7.9", "NODE_BLOCK": "a"})
+    env = tmp_path / "slurmd"
+    env.write_text(filled)
+    out = subprocess.run(["bash", "-c", f'. "{env}"; printf "%s" "$SLURMD_NODE_CONF"'],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == sc.node_conf_line(CATALOG[name], "10.0.7.9", "a")
+
+
+@pytest.mark.parametrize("unit", ["slurmd", "slurmctld"])
+def test_systemd_dropins_parse(tmp_path, unit):
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze not installed")
     files = sc.render_slurm_files("demo", "train", P5)
-    unit = tmp_path / "gpu-cluster-test.service"
-    unit.write_text("[Service]\nType=oneshot\nExecStart=/bin/true\n")
-    drop = tmp_path / "gpu-cluster-test.service.d"
+    # A stand-in for the package unit (its ExecStart is what the drop-in resets).
+    service = tmp_path / f"{unit}.service"
+    service.write_text(f"[Unit]\nDescription=test\n[Service]\nType=simple\nExecStart=/bin/true {unit}\n")
+    drop = tmp_path / f"{unit}.service.d"
     drop.mkdir()
-    (drop / "gpu-cluster.conf").write_text(files["/etc/systemd/system/slurmd.service.d/gpu-cluster.conf"])
-    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
-    assert "Unknown" not in r.stderr and "LimitMEMLOCK" not in r.stderr, r.stderr
+    (drop / "gpu-cluster.conf").write_text(files[f"/etc/systemd/system/{unit}.service.d/gpu-cluster.conf"])
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(service)], capture_output=True, text=True,
+                       env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"})
+    problems = [ln for ln in r.stderr.splitlines() if str(tmp_path) in ln]
+    assert problems == [], r.stderr
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG))

@@ -89,7 +89,6 @@ def test_slurmctld_accepts_p5_config(cluster):
     assert cfg["JobDefaults"] == "DefCpuPerGPU=24"
     assert cfg["MaxNodeCount"] == "2052"
     assert cfg["TreeWidth"] == "65533"
-    assert cfg["CommunicationParameters"] == "NoAddrCache"
     assert cfg["ReturnToService"] == "2"
     assert cfg["PropagateResourceLimitsExcept"] == "MEMLOCK"
     assert cfg["JobCompType"] == "jobcomp/filetxt"

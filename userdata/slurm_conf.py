@@ -78,6 +78,7 @@ SLURMD_NOFILE = 131072
 # /opt/gpu-cluster/templates (docs/node-contract.md); the rest is final.
 SLURM_CONF_TEMPLATE_PATH = "/opt/gpu-cluster/templates/slurm.conf"
 PYXIS_CONF_TEMPLATE_PATH = "/opt/gpu-cluster/templates/pyxis.conf"
+SLURMD_DEFAULT_TEMPLATE_PATH = "/opt/gpu-cluster/templates/slurmd.default"  # -> /etc/default/slurmd
 CHECK_SLURMD_C_PATH = "/opt/gpu-cluster/lib/check-slurmd-c.sh"
 PLUGSTACK_CONF = "/etc/slurm/plugstack.conf"
 PLUGSTACK_DIR = "/etc/slurm/plugstack.conf.d"
@@ -199,8 +200,10 @@ def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str
         settings.append(("DefCpuPerGPU", str(dcpg)))
     settings += [
         ("MaxNodeCount", placeholder["MAX_NODES"]),
+        # Slurm 22.05-23.11 cannot fan messages out through dynamic nodes: disable fanout.
         ("TreeWidth", "65533"),
-        ("CommunicationParameters", "NoAddrCache"),
+        # No CommunicationParameters=NoAddrCache: NodeAddr is an IPv4 literal (nothing
+        # to re-resolve), and newer Slurm reports the option as defunct.
         ("ReturnToService", "2"),
         ("PropagateResourceLimitsExcept", "MEMLOCK"),
         ("PlugStackConfig", PLUGSTACK_CONF),
@@ -285,6 +288,7 @@ def render_slurm_files(cluster_name: str, partition: str, spec: InstanceSpec,
             "slurm/slurmd-override.conf.j2", daemon="slurmd", **limits),
         "/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf": _render(
             "slurm/slurmd-override.conf.j2", daemon="slurmctld", **limits),
+        SLURMD_DEFAULT_TEMPLATE_PATH: _render("slurm/slurmd-default.j2", conf_line=slurmd_conf_arg(spec)),
         "/etc/systemd/logind.conf.d/gpu-cluster.conf": _render("slurm/logind-removeipc.conf.j2"),
         CHECK_SLURMD_C_PATH: _render("slurm/check-slurmd-c.sh.j2", want=check_values(spec)),
     }
