@@ -330,7 +330,8 @@ def test_render_does_not_depend_on_node_count_or_block():
     # boot-time placeholders.
     files = sc.render_slurm_files("demo", "train", P5)
     joined = "".join(files.values())
-    assert "@MAX_NODES@" in joined and "block-" not in joined
+    assert "@MAX_NODES@" in joined
+    assert re.findall(r"block-\S*", joined) == ["block-@NODE_BLOCK@,p5.48xlarge\""]
 
 
 # --- check-slurmd-c.sh ----------------------------------------------------------------
