@@ -1,0 +1,155 @@
+"""The whole program per stack file, under the render's mocks."""
+
+from __future__ import annotations
+
+import base64
+
+import pulumi
+import pytest
+
+from tests.mocks import run_program, stack_config
+
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+ASG = "aws:autoscaling/group:Group"
+FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
+SG = "aws:ec2/securityGroup:SecurityGroup"
+
+
+@pytest.fixture(scope="module")
+def dev():
+    raw, region = stack_config("dev")
+    return run_program(raw, region)
+
+
+@pytest.fixture(scope="module")
+def prod():
+    raw, region = stack_config("prod")
+    return run_program(raw, region)
+
+
+def test_dev_resources(dev):
+    assert dev.custom() == [
+        ("aws:autoscaling/group:Group", "dev-block-a-asg"),
+        ("aws:autoscaling/group:Group", "dev-controller-asg"),
+        ("aws:ec2/launchTemplate:LaunchTemplate", "dev-block-a-lt"),
+        ("aws:ec2/securityGroup:SecurityGroup", "dev-sg"),
+        ("aws:fsx/lustreFileSystem:LustreFileSystem", "dev-lustre"),
+        ("aws:iam/instanceProfile:InstanceProfile", "dev-profile"),
+        ("aws:iam/role:Role", "dev-role"),
+        ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "dev-ssm"),
+        ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-internet-tcp443"),
+        ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-internet-tcp80"),
+        ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-self-out"),
+        ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "dev-self-in"),
+    ]
+    components = sorted((r["type"], r["name"]) for r in dev.resources if not r["custom"])
+    assert components == [
+        ("gpu-cluster:index:FileSystem", "dev"), ("gpu-cluster:index:Network", "dev"),
+        ("gpu-cluster:index:NodeGroup", "dev-block-a"), ("gpu-cluster:index:NodeGroup", "dev-controller"),
+        ("gpu-cluster:index:NodeIdentity", "dev"), ("gpu-cluster:index:NodeLaunchTemplate", "dev-block-a"),
+        ("gpu-cluster:index:NodeSecurityGroup", "dev")]
+
+
+def test_dev_wiring(dev):
+    sg_id = dev.value["security_group_id"]
+    subnet = "subnet-0a1b2c3d4e5f60718"
+    assert dev.inputs(SG, "dev-sg")["vpcId"] == "vpc-0a1b2c3d4e5f60718"  # from the subnet lookup
+    fs = dev.inputs(FS, "dev-lustre")
+    assert fs["deploymentType"] == "PERSISTENT_2" and fs["subnetIds"] == subnet and fs["securityGroupIds"] == [sg_id]
+    lt = dev.inputs(LT, "dev-block-a-lt")
+    assert len(lt["networkInterfaces"]) == 33
+    assert {n["securityGroups"][0] for n in lt["networkInterfaces"]} == {sg_id}
+    assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0123456789abcdef0"
+    assert lt["iamInstanceProfile"]["arn"].startswith("arn:aws:iam::123456789012:instance-profile/dev-profile")
+    for name, role, size in (("dev-controller-asg", "controller", 1), ("dev-block-a-asg", "worker", 1)):
+        asg = dev.inputs(ASG, name)
+        assert asg["launchTemplate"] == {"id": dev.value["launch_templates"]["block-a"]["id"], "version": "1"}
+        assert asg["vpcZoneIdentifiers"] == [subnet]
+        assert asg["capacityReservationSpecification"]["capacityReservationTarget"] == {
+            "capacityReservationIds": ["cr-0123456789abcdef0"]}
+        tags = {t["key"]: t["value"] for t in asg["tags"]}
+        assert (tags["GpuClusterRole"], tags["GpuClusterNodes"], tags["GpuClusterBlock"]) == (role, "2", "a")
+        assert (asg["minSize"], asg["maxSize"]) == (size, size)
+
+
+def test_dev_user_data_is_the_rendered_bytes(dev):
+    lt = dev.inputs(LT, "dev-block-a-lt")
+    assert base64.b64decode(lt["userData"]) == dev.node_files.user_data
+    assert len(dev.node_files.user_data) <= 16 * 1024  # EC2 limit before base64 (FACTS 5)
+
+
+def test_dev_outputs(dev):
+    out = dev.value
+    assert out["controller_asg_name"] == "gpu-cluster-dev-controller"
+    assert out["controller_instance_id_command"] == (
+        "aws autoscaling describe-auto-scaling-groups --region us-east-2 "
+        "--auto-scaling-group-names gpu-cluster-dev-controller "
+        "--query \"AutoScalingGroups[0].Instances[?LifecycleState=='InService'] | [0].InstanceId\" --output text")
+    assert out["controller_ssm_command"] == (
+        f"aws ssm start-session --region us-east-2 --target $({out['controller_instance_id_command']})")
+    assert out["fsx_dns_name"] == "fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com"
+    assert out["fsx_mount_name"] == "abcdefgh"
+    assert out["launch_templates"]["block-a"]["version"] == 1
+    assert sorted(out["node_groups"]) == ["block-a", "controller"]
+    assert out["node_groups"]["controller"] == {"asg_name": "gpu-cluster-dev-controller", "role": "controller",
+                                                "size": 1, "block": "a"}
+    assert out["capacity_block_ids"] == ["cr-0123456789abcdef0"]
+    assert out["validation_results_path"] == "/fsx/.gpu-cluster/dev/validation/"
+
+
+def test_prod_resources(prod):
+    custom = prod.custom()
+    assert [n for t, n in custom if t == LT] == ["prod-block-a-lt", "prod-block-b-lt"]
+    assert [n for t, n in custom if t == ASG] == ["prod-block-a-asg", "prod-block-b-asg", "prod-controller-asg"]
+    assert ("aws:ec2/natGateway:NatGateway", "prod-nat") in custom
+    assert ("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "prod-s3") in custom
+    assert len(custom) == 27  # 12 network, 5 security group, 2 FSx, 3 IAM, 2 templates, 3 groups
+
+
+def test_prod_blocks_and_sizes(prod):
+    lts = {n: prod.inputs(LT, f"prod-{n}-lt") for n in ("block-a", "block-b")}
+    assert lts["block-a"]["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0aaaaaaaaaaaaaaa1"
+    assert lts["block-b"]["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0bbbbbbbbbbbbbbb2"
+    assert all(len(lt["networkInterfaces"]) == 17 for lt in lts.values())  # p5en: 16 cards
+    assert lts["block-a"]["userData"] == lts["block-b"]["userData"]
+    assert lts["block-a"]["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 1024
+    sizes = {n: prod.inputs(ASG, f"prod-{n}-asg") for n in ("controller", "block-a", "block-b")}
+    assert {n: a["desiredCapacity"] for n, a in sizes.items()} == {"controller": 1, "block-a": 7, "block-b": 8}
+    assert sizes["controller"]["launchTemplate"]["id"] == sizes["block-a"]["launchTemplate"]["id"]
+    assert sizes["block-b"]["capacityReservationSpecification"]["capacityReservationTarget"] == {
+        "capacityReservationIds": ["cr-0bbbbbbbbbbbbbbb2"]}
+    private = prod.inputs("aws:ec2/subnet:Subnet", "prod-private")
+    assert prod.value["subnet_id"] in {a["vpcZoneIdentifiers"][0] for a in sizes.values()}
+    assert private["availabilityZone"] == "us-east-1a"
+    assert prod.inputs(FS, "prod-lustre")["storageCapacity"] == 9600
+    assert prod.value["capacity_block_ids"] == ["cr-0aaaaaaaaaaaaaaa1", "cr-0bbbbbbbbbbbbbbb2"]
+
+
+def test_on_demand_program():
+    raw, region = stack_config("dev")
+    raw["capacity"] = {"nodes": 4}
+    run = run_program(raw, region)
+    assert [n for t, n in run.custom() if t in (LT, ASG, "aws:ec2/placementGroup:PlacementGroup")] == [
+        "dev-controller-asg", "dev-workers-asg", "dev-on-demand-lt", "dev-on-demand-pg"]
+    lt = run.inputs(LT, "dev-on-demand-lt")
+    assert "instanceMarketOptions" not in lt and lt["placement"]["groupName"]
+    assert run.inputs(ASG, "dev-workers-asg")["desiredCapacity"] == 3
+    assert run.value["launch_templates"].keys() == {"on-demand"}
+    assert run.value["capacity_block_ids"] == []
+
+
+def test_bad_config_raises_run_error_before_resources():
+    raw, region = stack_config("dev")
+    raw["capacity"]["nodes"] = 3
+    with pytest.raises(pulumi.RunError) as exc:
+        run_program(raw, region)
+    assert str(exc.value) == ("gpu-cluster:cluster.capacity.nodes: 3 nodes requested but the capacity blocks "
+                              "hold 2; lower capacity.nodes or add a block")
+
+
+def test_subnet_in_wrong_az_fails_before_resources():
+    raw, region = stack_config("dev")
+    with pytest.raises(pulumi.RunError) as exc:
+        run_program(raw, region, subnet_az="us-east-2a")
+    assert str(exc.value).startswith("gpu-cluster:cluster.network.subnet_id: subnet subnet-0a1b2c3d4e5f60718 is in us-east-2a")

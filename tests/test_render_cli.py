@@ -1,0 +1,110 @@
+"""`python -m infra.render`: plan, user data files, byte stability, bad config."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.render import apply_override
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _render(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "infra.render", "--stack", "dev", "--out", str(out), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("render")
+    proc = _render(out / "a")
+    assert proc.returncode == 0, proc.stderr
+    return out / "a"
+
+
+def test_plan_contents(rendered):
+    plan = json.loads((rendered / "plan.json").read_text())
+    by = {(r["type"], r["name"]): r for r in plan["resources"]}
+    lt = by[("aws:ec2/launchTemplate:LaunchTemplate", "dev-block-a-lt")]
+    assert lt["urn"] == ("urn:pulumi:dev::gpu-cluster::gpu-cluster:index:NodeLaunchTemplate"
+                         "$aws:ec2/launchTemplate:LaunchTemplate::dev-block-a-lt")
+    nis = lt["inputs"]["networkInterfaces"]
+    assert len(nis) == 33 and nis[1] == {"deleteOnTermination": "true", "deviceIndex": 1, "interfaceType": "efa-only",
+                                         "networkCardIndex": 0, "securityGroups": [plan["outputs"]["security_group_id"]]}
+    self_in = by[("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "dev-self-in")]["inputs"]
+    self_out = by[("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-self-out")]["inputs"]
+    for rule in (self_in, self_out):
+        assert rule["referencedSecurityGroupId"] == rule["securityGroupId"] and rule["ipProtocol"] == "-1"
+    fs = by[("aws:fsx/lustreFileSystem:LustreFileSystem", "dev-lustre")]["inputs"]
+    assert fs["deploymentType"] == "PERSISTENT_2" and fs["subnetIds"] == "subnet-0a1b2c3d4e5f60718"
+    asg = by[("aws:autoscaling/group:Group", "dev-block-a-asg")]["inputs"]
+    assert asg["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"] == [
+        "cr-0123456789abcdef0"]
+    assert lt["inputs"]["instanceMarketOptions"]["marketType"] == "capacity-block"
+    assert plan["outputs"]["fsx_mount_name"] == "abcdefgh"
+
+
+def test_user_data_files(rendered):
+    plan = json.loads((rendered / "plan.json").read_text())
+    lt = next(r for r in plan["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
+    data = (rendered / "userdata" / "node" / "user-data").read_bytes()
+    assert data == base64.b64decode(lt["inputs"]["userData"])
+    assert json.loads((rendered / "userdata" / "index.json").read_text()) == {"dev-block-a-lt": "node"}
+    files = rendered / "userdata" / "node" / "files"
+    assert (files / "etc" / "gpu-cluster" / "cluster.env").is_file()
+    assert b"fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com" in (files / "etc" / "gpu-cluster" / "cluster.env").read_bytes()
+
+
+def test_byte_stable(rendered, tmp_path):
+    proc = _render(tmp_path / "b")
+    assert proc.returncode == 0, proc.stderr
+    assert _tree(tmp_path / "b") == _tree(rendered)
+
+
+def test_set_overrides(tmp_path):
+    proc = _render(tmp_path, "--set", "capacity.capacity_blocks.0.instance_count=4", "--set", "capacity.nodes=4",
+                   "--set", "instance_type=p6-b200.48xlarge")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    asg = next(r for r in plan["resources"] if r["name"] == "dev-block-a-asg")
+    assert asg["inputs"]["desiredCapacity"] == 3
+    lt = next(r for r in plan["resources"] if r["name"] == "dev-block-a-lt")
+    assert len(lt["inputs"]["networkInterfaces"]) == 9
+
+
+def test_bad_config_exits_with_path_lines(tmp_path):
+    proc = _render(tmp_path, "--set", "capacity.nodes=3", "--set", "fsx.storage_capacity_gib=1300")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "gpu-cluster:cluster.capacity.nodes: 3 nodes requested but the capacity blocks hold 2; "
+        "lower capacity.nodes or add a block",
+        "gpu-cluster:cluster.fsx.storage_capacity_gib: 1300 GiB is not allowed for PERSISTENT_2; "
+        "use 1200, 2400 or a multiple of 2400",
+    ]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "plan.json").exists()
+
+
+def test_unknown_key_exits_with_path_line(tmp_path):
+    proc = _render(tmp_path, "--set", "fsx.sise=1")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0].startswith("gpu-cluster:cluster.fsx.sise: unknown key")
+
+
+@pytest.mark.parametrize("assignment,expected", [
+    ("a.b=1", {"a": {"b": 1}, "x": [{"y": 1}]}),
+    ("x.0.y=true", {"a": {}, "x": [{"y": True}]}),
+    ("x[0].y=s", {"a": {}, "x": [{"y": "s"}]}),
+    ("a.l=[1, 2]", {"a": {"l": [1, 2]}, "x": [{"y": 1}]}),
+])
+def test_apply_override(assignment, expected):
+    assert apply_override({"a": {}, "x": [{"y": 1}]}, assignment) == expected
