@@ -1,0 +1,5 @@
+import sys
+
+from localcluster.cli import main
+
+sys.exit(main())

@@ -1,0 +1,324 @@
+"""Bring a local cluster up from the rendered user data, watch it, show it working.
+
+The user data is rendered once per cluster and kept (`user-data.bin` in the state
+directory) so a replacement node boots from exactly the same bytes as the first ones.
+Each node gets the files cloud-init would write from it, plus the one file the
+contract allows a local node to have: /etc/gpu-cluster/overrides.env with the three
+swaps. Nothing in the rendered scripts is edited.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localcluster import profile
+from localcluster.nodes import IMDS_PORT, Cluster, Node
+
+ENTRY_POINT = "/opt/gpu-cluster/bin/gpu-cluster-boot"
+OVERRIDES_PATH = "/etc/gpu-cluster/overrides.env"
+# The three documented swaps (docs/node-contract.md), and nothing else.
+OVERRIDES = {
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IMDS_PORT}",
+    "GPU_CLUSTER_SERVICE_MANAGER": "direct",
+    "GPU_CLUSTER_PACKAGES": "preinstalled",
+}
+BOOT_LOG = "/var/log/gpu-cluster/boot.log"
+STATUS = "/var/lib/gpu-cluster/status"
+# "<ts> [NN-step] ..." lines written by the entry point around each step.
+STEP_LINE = re.compile(r"^\S+ \[(?P<who>[^\]]+)\] (?P<msg>.*)$")
+STEP_END = re.compile(r"(?P<step>\d\d-[\w.-]+)\W+(?P<state>ok|failed|skipped)\b.*?(?:(?P<secs>\d+(?:\.\d+)?)\s*s\b)?",
+                      re.IGNORECASE)
+WAIT_DONE = re.compile(r"done waiting after (\d+)s: (.*)")
+
+
+def overrides_env() -> bytes:
+    return "".join(f"{k}={v}\n" for k, v in OVERRIDES.items()).encode()
+
+
+@dataclass
+class StepResult:
+    step: str
+    state: str
+    seconds: float | None
+
+
+@dataclass
+class BootWatch:
+    """What one node's boot log says so far."""
+    node: Node
+    proc: subprocess.Popen | None
+    offset: int = 0
+    steps: list[StepResult] = field(default_factory=list)
+    waits: list[tuple[str, str, float]] = field(default_factory=list)  # step, what, seconds
+    rc: int | None = None
+    finished: float | None = None
+
+
+class LocalCluster:
+    def __init__(self, name: str = "local", subnet: int = 0, out=print):
+        self.c = Cluster(name, subnet)
+        self.name = name
+        self.out = out
+        self.watches: dict[str, BootWatch] = {}
+
+    # ---- user data -----------------------------------------------------------------
+    @property
+    def user_data_file(self) -> Path:
+        return self.c.root / "user-data.bin"
+
+    def render(self, nodes: int) -> profile.UserData:
+        ud = profile.render(self.name, nodes)
+        self.c.root.mkdir(parents=True, exist_ok=True)
+        self.user_data_file.write_bytes(ud.raw)
+        (self.c.root / "expected-nodes").write_text(f"{nodes}\n")
+        problems = profile.parity_problems(ud)
+        self.out(f"user data: {len(ud.raw)} bytes gzip, {len(ud.files)} files in write_files; "
+                 f"{profile.PROFILE_NOTE}")
+        for p in problems:
+            self.out(f"  WARNING parity: {p}")
+        return ud
+
+    def shipped(self) -> tuple[dict, list]:
+        files, runcmd, _ = profile.parse_user_data(self.user_data_file.read_bytes())
+        return files, runcmd
+
+    def expected_nodes(self) -> int:
+        return int((self.c.root / "expected-nodes").read_text())
+
+    # ---- nodes -------------------------------------------------------------------------
+    def launch(self, role: str, *, fsx: bool = True, extra: dict[str, tuple[bytes, int, str]] | None = None,
+               expected: int | None = None) -> BootWatch:
+        """Create a node from the kept user data and start its boot (like an ASG launch)."""
+        files, runcmd = self.shipped()
+        to_write = {p: (f.content, f.permissions, f.owner) for p, f in files.items()}
+        to_write[OVERRIDES_PATH] = (overrides_env(), 0o644, "root:root")
+        to_write.update(extra or {})
+        tags = {"GpuClusterName": self.name, "GpuClusterRole": role,
+                "GpuClusterNodes": str(expected or self.expected_nodes()), "GpuClusterBlock": "on-demand"}
+        node = self.c.create_node(role, to_write, fsx=fsx, tags=tags, az=profile.AZ)
+        proc = self.c.start_boot(node, boot_command(runcmd))
+        w = BootWatch(node, proc)
+        self.watches[node.hostname] = w
+        return w
+
+    def up(self, n: int, *, timeout: float = 600) -> float:
+        if n < 2:
+            raise SystemExit("a local cluster needs at least 2 nodes (a controller and a worker)")
+        t0 = time.monotonic()
+        self.render(n)
+        self.out(f"starting {n} nodes: network namespaces on 10.77.{self.c.subnet}.0/24, "
+                 f"IMDS stand-in on 127.0.0.1:{IMDS_PORT} in each, shared /fsx")
+        self.launch("controller", expected=n)
+        for _ in range(n - 1):
+            self.launch("worker", expected=n)
+        self.out(f"{n} nodes started in {time.monotonic() - t0:.1f}s; booting:")
+        self.watch(timeout=timeout)
+        failed = [w for w in self.watches.values() if w.rc != 0]
+        if failed:
+            for w in failed:
+                self.out(f"{w.node.hostname}: boot FAILED (exit {w.rc}); last log lines:")
+                for line in self.log_tail(w.node, 15):
+                    self.out(f"    {line}")
+            raise SystemExit(1)
+        self.wait_idle(len(self.c.nodes), timeout=max(30.0, timeout - (time.monotonic() - t0)))
+        return time.monotonic() - t0
+
+    # ---- watching ------------------------------------------------------------------
+    def log_tail(self, node: Node, n: int) -> list[str]:
+        p = node.upper(BOOT_LOG)
+        lines = p.read_text(errors="replace").splitlines() if p.exists() else []
+        if not lines:
+            c = node.path / "console.log"
+            lines = c.read_text(errors="replace").splitlines() if c.exists() else []
+        return lines[-n:]
+
+    def poll(self, w: BootWatch) -> None:
+        p = w.node.upper(BOOT_LOG)
+        if p.exists():
+            with open(p, "rb") as f:
+                f.seek(w.offset)
+                chunk = f.read()
+            cut = chunk.rfind(b"\n") + 1
+            w.offset += cut
+            for raw in chunk[:cut].decode(errors="replace").splitlines():
+                self._line(w, raw)
+        if w.proc is not None and w.rc is None and w.proc.poll() is not None:
+            w.rc = w.proc.returncode
+            w.finished = time.time()
+
+    def _line(self, w: BootWatch, raw: str) -> None:
+        m = STEP_LINE.match(raw)
+        if not m:
+            return
+        who, msg = m.group("who"), m.group("msg")
+        wd = WAIT_DONE.search(msg)
+        if wd:
+            w.waits.append((who, wd.group(2), float(wd.group(1))))
+        e = STEP_END.search(msg)
+        if e and who in ("boot", "gpu-cluster-boot"):
+            secs = float(e.group("secs")) if e.group("secs") else None
+            r = StepResult(e.group("step"), e.group("state").lower(), secs)
+            w.steps.append(r)
+            t = f"{secs:6.1f}s" if secs is not None else "       "
+            self.out(f"  {w.node.hostname:<16} {r.step:<24} {r.state:<8} {t}")
+        elif "SKIPPED" in msg or "ERROR" in msg:
+            self.out(f"  {w.node.hostname:<16}   {who}: {msg}")
+
+    def watch(self, watches: list[BootWatch] | None = None, timeout: float = 600) -> None:
+        ws = watches if watches is not None else list(self.watches.values())
+        deadline = time.monotonic() + timeout
+        while True:
+            for w in ws:
+                self.poll(w)
+            if all(w.rc is not None for w in ws):
+                break
+            if time.monotonic() > deadline:
+                for w in ws:
+                    if w.rc is None:
+                        self.out(f"{w.node.hostname}: boot still running after {timeout:.0f}s")
+                break
+            time.sleep(0.25)
+        for w in ws:
+            self.poll(w)
+
+    # ---- Slurm, from the controller --------------------------------------------------
+    def ctl(self, *argv: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
+        return self.c.run(self.c.controller(), list(argv), timeout=timeout, check=check)
+
+    def node_states(self) -> dict[str, str]:
+        r = self.ctl("sinfo", "-h", "-N", "-o", "%N %t")
+        states = {}
+        for line in r.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                states[parts[0]] = parts[1]
+        return states
+
+    def wait_idle(self, count: int, timeout: float = 120) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.node_states()
+            idle = [n for n, s in states.items() if s in ("idle", "mix", "alloc")]
+            if len(idle) >= count:
+                return states
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(idle)}/{count} nodes idle after {timeout:.0f}s: {states}")
+            time.sleep(0.5)
+
+    def show(self) -> None:
+        n = len(self.c.nodes)
+        self.out("\n$ sinfo")
+        self.out(self.ctl("sinfo").stdout.rstrip())
+        self.out("")
+        self.show_srun()
+        self.out("\n$ sbatch (job output below)")
+        self.out(self.sbatch_demo(n).rstrip())
+        self.out("\n$ first-boot validation report")
+        self.out(self.validation_report())
+
+    def show_srun(self) -> None:
+        n = len(self.c.nodes)
+        self.out(f"$ srun -N{n} hostname")
+        r = self.ctl("srun", f"-N{n}", "--time=1", "hostname", timeout=120)
+        self.out((r.stdout + r.stderr).rstrip())
+
+    def sbatch_demo(self, n: int, timeout: float = 120) -> str:
+        script = ("#!/bin/bash\n"
+                  f"#SBATCH -N{n}\n#SBATCH --time=2\n#SBATCH -o /fsx/localcluster/job-%j.out\n"
+                  "echo \"job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n"
+                  "srun -l hostname\n")
+        self.ctl("mkdir", "-p", "/fsx/localcluster")
+        r = self.c.run(self.c.controller(), ["sbatch", "--parsable"], input=script)
+        if r.returncode != 0:
+            return f"sbatch failed: {r.stderr.strip()}"
+        job = r.stdout.strip().split(";")[0]
+        out = self.c.fsx_dir / "localcluster" / f"job-{job}.out"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.ctl("scontrol", "show", "job", job).stdout
+            if re.search(r"JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)", st):
+                break
+            time.sleep(0.5)
+        state = re.search(r"JobState=(\S+)", st)
+        body = out.read_text() if out.exists() else "(no output file)"
+        return f"job {job}: {state.group(1) if state else '?'}\n{body}"
+
+    def validation_dir(self) -> Path:
+        return self.c.fsx_dir / ".gpu-cluster" / self.name / "validation"
+
+    def validation_report(self, timeout: float = 180) -> str:
+        """The first-boot validation job's report (submitted by the controller's hand-off)."""
+        d = self.validation_dir()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reports = sorted(d.rglob("*report*"), key=lambda p: p.stat().st_mtime) if d.exists() else []
+            done = [p for p in reports if p.is_file() and p.stat().st_size > 0]
+            if done:
+                latest = done[-1]
+                return f"({latest.relative_to(self.c.fsx_dir)})\n" + latest.read_text(errors="replace").rstrip()
+            time.sleep(1)
+        listing = "\n".join(str(p.relative_to(self.c.fsx_dir)) for p in d.rglob("*")) if d.exists() else "(none)"
+        return f"no validation report after {timeout:.0f}s; {d.relative_to(self.c.fsx_dir)}:\n{listing}"
+
+    # ---- operations ----------------------------------------------------------------
+    def replace(self, hostname: str, timeout: float = 300) -> BootWatch:
+        """Destroy a node and launch a fresh one (new IP, name, instance id) in its place."""
+        old = self.c.nodes.get(hostname)
+        if old is None:
+            raise SystemExit(f"no node {hostname} in local cluster '{self.name}'")
+        role = old.role
+        self.out(f"destroying {hostname} ({old.instance_id}, {old.ip})")
+        self.c.kill_node(old)
+        w = self.launch(role)
+        self.out(f"launched {w.node.hostname} ({w.node.instance_id}, {w.node.ip}) from the same user data")
+        self.watch([w], timeout=timeout)
+        return w
+
+    def status(self) -> None:
+        if not self.c.nodes:
+            self.out(f"local cluster '{self.name}': not running")
+            return
+        self.out(f"local cluster '{self.name}': {len(self.c.nodes)} nodes, state in {self.c.root}")
+        for node in self.c.nodes.values():
+            st = node.upper(STATUS)
+            status = st.read_text().strip().replace("\n", " ") if st.exists() else "-"
+            alive = Path(f"/proc/{node.init_pid}").exists()
+            self.out(f"  {node.hostname:<16} {node.ip:<12} {node.role:<10} {node.instance_id} "
+                     f"{'up' if alive else 'GONE'}  status: {status}")
+        try:
+            self.out(self.ctl("sinfo", timeout=10).stdout.rstrip())
+        except Exception as e:  # a status view never fails on a half-dead cluster
+            self.out(f"sinfo: {e}")
+
+
+def boot_command(runcmd: list) -> str:
+    """The command cloud-init's runcmd would run; the contract's entry point if none."""
+    cmds = []
+    for item in runcmd:
+        cmds.append(shlex.join(str(a) for a in item) if isinstance(item, list) else str(item))
+    if any(ENTRY_POINT in c for c in cmds):
+        return "set -e\n" + "\n".join(cmds)
+    return ENTRY_POINT
+
+
+def summary(watches: list[BootWatch]) -> dict:
+    """Per node: step times, coordination waits and the remaining work, seconds."""
+    rows = {}
+    for w in watches:
+        total = sum(s.seconds or 0 for s in w.steps)
+        waited = sum(s for _, _, s in w.waits)
+        rows[w.node.hostname] = {"steps": {s.step: s.seconds for s in w.steps}, "total": total,
+                                 "waits": waited, "work": max(0.0, total - waited),
+                                 "wait_detail": [(st, what, s) for st, what, s in w.waits]}
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit("use: python -m localcluster")

@@ -1,0 +1,421 @@
+"""Nodes as Linux namespaces: network, hostname and a private view of the file system.
+
+One local cluster = one "hub" network namespace holding a bridge (so no address of
+ours ever touches the host's own interfaces) plus, per node:
+- a named network namespace with `eth0` (a veth whose peer sits on the hub bridge),
+  its own IPv4 `10.77.<subnet>.<10+serial>/24`, and loopback (the IMDS stand-in);
+- a long-lived init process (`unshare --mount --uts`, entered through
+  `nsenter --net=/var/run/netns/NAME`: `ip netns exec` would remount /sys and hide
+  the cgroup v1 mounts slurmd needs) that holds the mount and UTS namespaces.
+  Inside it: hostname `ip-10-77-...`, overlays over /etc /usr /opt /var/{lib,log,spool,cache}
+  (writes land in the node's own directory), tmpfs on /run, /tmp (PMIx needs a
+  private /tmp per node) and /dev/shm, the node's own cgroup v1 sub-trees bind-mounted
+  over /sys/fs/cgroup/<controller> (two slurmd's must not share job cgroups), and the
+  one shared directory bind-mounted at /fsx;
+- the IMDSv2 stand-in on 127.0.0.1:1338 inside the node's network namespace.
+Everything a node runs is found again by its namespaces, so `kill_node` leaves
+nothing behind, even when our state file is lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = Path(os.environ.get("GPU_CLUSTER_LOCAL_DIR", "/var/tmp/gpu-cluster-local"))
+NETNS_DIR = Path("/var/run/netns")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+IMDS_PORT = 1338
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Top-level trees a node may write to; each gets an overlay over the host's copy.
+OVERLAYS = ("etc", "usr", "opt", "var/lib", "var/log", "var/spool", "var/cache", "root")
+TMPFS = (("run", "0755"), ("tmp", "1777"), ("dev/shm", "1777"))
+
+
+def sh(*argv: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True, **kw)
+
+
+def ns_inode(pid: int | str, kind: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError:
+        return None
+
+
+def pids_in(net_inode: int | None, mnt_inode: int | None) -> list[int]:
+    """Every process whose network or mount namespace is the node's."""
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        if (net_inode and ns_inode(entry, "net") == net_inode) or \
+           (mnt_inode and ns_inode(entry, "mnt") == mnt_inode):
+            found.append(int(entry))
+    return found
+
+
+@dataclass
+class Node:
+    cluster: str
+    serial: int
+    ip: str
+    hostname: str
+    instance_id: str
+    role: str
+    netns: str
+    veth: str
+    dir: str
+    fsx: bool = True
+    init_pid: int = 0
+    imds_pid: int = 0
+    boot_pid: int = 0
+    started: float = 0.0
+    cgroups: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    def upper(self, node_path: str) -> Path:
+        """Where a path the node wrote lands on the host (read-only use)."""
+        rel = node_path.lstrip("/")
+        for top in sorted(OVERLAYS, key=len, reverse=True):
+            if rel == top or rel.startswith(top + "/"):
+                return self.path / "upper" / top.replace("/", "-") / rel[len(top):].lstrip("/")
+        raise ValueError(f"{node_path} is not on a node-private overlay")
+
+    def nsenter(self) -> list[str]:
+        return ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "--"]
+
+
+class Cluster:
+    """A local cluster's network, nodes and state, kept in BASE/<name>/state.json."""
+
+    def __init__(self, name: str = "local", subnet: int = 0, base: Path = BASE):
+        if len(name) > 8 or not name.replace("-", "").isalnum():
+            raise ValueError("local cluster instance names are at most 8 letters/digits (interface names)")
+        self.name = name
+        self.subnet = subnet
+        self.root = Path(base) / name
+        self.hub = f"gcl-{name}-hub"
+        self.fsx_dir = self.root / "fsx"
+        self.nodes: dict[str, Node] = {}
+        self.next_serial = 1
+        self.load()
+
+    # ---- state -------------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def load(self) -> None:
+        if self.state_file.exists():
+            st = json.loads(self.state_file.read_text())
+            self.subnet = st["subnet"]
+            self.next_serial = st["next_serial"]
+            self.nodes = {n["hostname"]: Node(**n) for n in st["nodes"]}
+
+    def save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"name": self.name, "subnet": self.subnet,
+                                   "next_serial": self.next_serial,
+                                   "nodes": [asdict(n) for n in self.nodes.values()]}, indent=1))
+        tmp.replace(self.state_file)
+
+    # ---- network -----------------------------------------------------------------
+    def ensure_network(self) -> None:
+        if (NETNS_DIR / self.hub).exists():
+            return
+        sh("ip", "netns", "add", self.hub)
+        sh("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.hub, "link", "set", "br0", "up")
+
+    def _new_identity(self, role: str) -> tuple[int, str, str, str]:
+        serial = self.next_serial
+        if serial > 240:
+            raise RuntimeError("no addresses left in this local cluster's /24")
+        self.next_serial += 1
+        ip = f"10.77.{self.subnet}.{10 + serial}"
+        hostname = "ip-" + ip.replace(".", "-")
+        # Deterministic per cluster and serial: a replacement always gets a new one.
+        instance_id = "i-0" + hashlib.sha256(f"{self.name}:{serial}".encode()).hexdigest()[:16]
+        return serial, ip, hostname, instance_id
+
+    # ---- nodes ---------------------------------------------------------------------
+    def create_node(self, role: str, files: dict[str, tuple[bytes, int, str]], *,
+                    fsx: bool = True, tags: dict[str, str], az: str) -> Node:
+        """Namespaces, mounts and files of a fresh node; IMDS running; boot not started."""
+        self.ensure_network()
+        self.fsx_dir.mkdir(parents=True, exist_ok=True)
+        serial, ip, hostname, instance_id = self._new_identity(role)
+        node = Node(cluster=self.name, serial=serial, ip=ip, hostname=hostname,
+                    instance_id=instance_id, role=role, netns=f"gcl-{self.name}-{serial}",
+                    veth=f"gcl{self.name}{serial}"[:15], dir=str(self.root / "nodes" / hostname), fsx=fsx)
+        self.nodes[hostname] = node
+        self.save()
+        node.path.mkdir(parents=True, exist_ok=True)
+        self._make_netns(node)
+        node.cgroups = self._make_cgroups(node)
+        self._write_manifest(node, files)
+        self._start_init(node)
+        self._start_imds(node, tags, az)
+        self.save()
+        return node
+
+    def _make_netns(self, node: Node) -> None:
+        sh("ip", "netns", "add", node.netns)
+        sh("ip", "-n", self.hub, "link", "add", node.veth, "type", "veth", "peer", "name", "eth0",
+           "netns", node.netns)
+        sh("ip", "-n", self.hub, "link", "set", node.veth, "master", "br0", "up")
+        sh("ip", "-n", node.netns, "addr", "add", f"{node.ip}/24", "dev", "eth0")
+        sh("ip", "-n", node.netns, "link", "set", "eth0", "up")
+        sh("ip", "-n", node.netns, "link", "set", "lo", "up")
+
+    def _make_cgroups(self, node: Node) -> list[str]:
+        """A cgroup v1 sub-tree per controller for this node (mounted as its root)."""
+        made = []
+        if not CGROUP_ROOT.is_dir():
+            return made
+        for ctl in sorted(os.listdir(CGROUP_ROOT)):
+            top = CGROUP_ROOT / ctl
+            if top.is_symlink() or not (top / "cgroup.procs").exists():
+                continue
+            mine = top / f"gcl-{self.name}-{node.hostname}"
+            mine.mkdir(exist_ok=True)
+            if ctl == "cpuset":  # a new cpuset is empty until told its CPUs and memory nodes
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    (mine / knob).write_text((top / knob).read_text())
+            made.append(str(mine))
+        return made
+
+    def _write_manifest(self, node: Node, files: dict[str, tuple[bytes, int, str]]) -> None:
+        manifest = [{"path": p, "b64": base64.b64encode(c).decode(), "mode": m, "owner": o}
+                    for p, (c, m, o) in sorted(files.items())]
+        (node.path / "write_files.json").write_text(json.dumps(manifest))
+
+    def _setup_script(self, node: Node) -> str:
+        d = node.path
+        lines = ["set -euo pipefail", f"hostname {node.hostname}"]
+        for top in OVERLAYS:
+            key = top.replace("/", "-")
+            up, wk = d / "upper" / key, d / "work" / key
+            lines += [f"mkdir -p {up} {wk}",
+                      f"mount -t overlay overlay -o lowerdir=/{top},upperdir={up},workdir={wk} /{top}"]
+        for top, mode in TMPFS:
+            lines.append(f"mount -t tmpfs -o mode={mode},size=1g tmpfs /{top}")
+        lines += ["mkdir -p -m 1777 /run/lock"]
+        for cg in node.cgroups:
+            ctl = Path(cg).parent.name
+            lines.append(f"mount --bind {cg} {CGROUP_ROOT / ctl}")
+        if node.fsx:
+            lines.append(f"mount --bind {self.fsx_dir} /fsx")
+        # cloud-init's write_files, inside the node's own view of the file system
+        lines.append(f"PYTHONPATH={REPO} {sys.executable} -m localcluster.nodes write-files "
+                     f"{d / 'write_files.json'}")
+        lines += [f"echo ready > {d / 'init.ready'}", "exec sleep infinity"]
+        return "\n".join(lines) + "\n"
+
+    def _start_init(self, node: Node) -> None:
+        script = node.path / "init.sh"
+        script.write_text(self._setup_script(node))
+        if not Path("/fsx").exists():
+            Path("/fsx").mkdir()  # an empty mount point; removed again by `down`
+            (self.root.parent / ".created-fsx").write_text("1\n")
+        log = open(node.path / "init.log", "w")
+        proc = subprocess.Popen(
+            ["nsenter", f"--net={NETNS_DIR / node.netns}", "unshare", "--mount", "--uts",
+             "--propagation", "private", "bash", str(script)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        node.init_pid = proc.pid
+        deadline = time.monotonic() + 20
+        while not (node.path / "init.ready").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{node.hostname}: namespace set-up failed: "
+                                   f"{(node.path / 'init.log').read_text().strip()[-800:]}")
+            time.sleep(0.02)
+
+    def _start_imds(self, node: Node, tags: dict[str, str], az: str) -> None:
+        identity = {"instance_id": node.instance_id, "local_ipv4": node.ip,
+                    "local_hostname": f"{node.hostname}.us-east-2.compute.internal",
+                    "availability_zone": az, "tags": tags}
+        (node.path / "imds.json").write_text(json.dumps(identity, indent=1))
+        ready = node.path / "imds.ready"
+        proc = subprocess.Popen(
+            ["nsenter", f"--net={NETNS_DIR / node.netns}", sys.executable, "-m", "localcluster.imds",
+             str(node.path / "imds.json"), "--port", str(IMDS_PORT),
+             "--log", str(node.path / "imds.log"), "--ready", str(ready)],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(node.path / "imds.err", "w"),
+            start_new_session=True)
+        node.imds_pid = proc.pid
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{node.hostname}: IMDS stand-in did not start: "
+                                   f"{(node.path / 'imds.err').read_text()[-800:]}")
+            time.sleep(0.02)
+
+    def start_boot(self, node: Node, command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Run the boot command inside the node, as cloud-init's runcmd would (root, / cwd)."""
+        console = open(node.path / "console.log", "ab")
+        base_env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **(env or {})}
+        proc = subprocess.Popen(node.nsenter() + ["env", "-i"] + [f"{k}={v}" for k, v in base_env.items()]
+                                + ["bash", "-c", command],
+                                cwd="/", stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        node.boot_pid = proc.pid
+        node.started = time.time()
+        self.save()
+        return proc
+
+    def run(self, node: Node, argv: list[str], *, timeout: float = 60, check: bool = False,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        """A command inside the node's namespaces (Slurm clients run on the controller)."""
+        return subprocess.run(node.nsenter() + ["env", f"PATH={PATH}", "HOME=/root", "LANG=C.UTF-8"] + argv,
+                              capture_output=True, text=True, timeout=timeout, check=check,
+                              input=input, cwd="/")
+
+    def controller(self) -> Node:
+        for node in self.nodes.values():
+            if node.role == "controller":
+                return node
+        raise RuntimeError(f"local cluster '{self.name}' has no controller")
+
+    # ---- teardown ------------------------------------------------------------------
+    def kill_node(self, node: Node, *, keep_dir: bool = False) -> None:
+        """Kill every process in the node's namespaces, then remove its traces."""
+        netns_path = NETNS_DIR / node.netns
+        net_ino = os.stat(netns_path).st_ino if netns_path.exists() else None
+        mnt_ino = ns_inode(node.init_pid, "mnt") if node.init_pid else None
+        if mnt_ino is not None and mnt_ino == ns_inode(1, "mnt"):
+            mnt_ino = None  # a recycled pid outside any node: never match the host
+        for pid in (node.imds_pid, node.boot_pid, node.init_pid):
+            if pid and ns_inode(pid, "net") == net_ino and net_ino:
+                _kill(pid)
+        deadline = time.monotonic() + 10
+        while True:
+            left = pids_in(net_ino, mnt_ino)
+            if not left or time.monotonic() > deadline:
+                break
+            for pid in left:
+                _kill(pid)
+            time.sleep(0.05)
+        sh("ip", "-n", self.hub, "link", "del", node.veth, check=False)
+        sh("ip", "netns", "del", node.netns, check=False)
+        _remove_cgroups(node.cgroups)
+        if not keep_dir:
+            _rmtree(node.path)
+        self.nodes.pop(node.hostname, None)
+        if self.root.exists():
+            self.save()
+
+    def down(self) -> list[str]:
+        """Remove everything this local cluster created; safe to run again."""
+        removed = []
+        for node in list(self.nodes.values()):
+            self.kill_node(node)
+            removed.append(node.hostname)
+        # Anything our state no longer knows about, found by name.
+        prefix = f"gcl-{self.name}-"
+        if NETNS_DIR.is_dir():
+            for ns in sorted(os.listdir(NETNS_DIR)):
+                if ns.startswith(prefix) and ns != self.hub:
+                    ino = os.stat(NETNS_DIR / ns).st_ino
+                    for pid in pids_in(ino, None):
+                        _kill(pid)
+                    sh("ip", "netns", "del", ns, check=False)
+                    removed.append(ns)
+        if (NETNS_DIR / self.hub).exists():
+            sh("ip", "netns", "del", self.hub, check=False)
+            removed.append(self.hub)
+        if CGROUP_ROOT.is_dir():
+            for ctl in os.listdir(CGROUP_ROOT):
+                try:
+                    stale = [p for p in (CGROUP_ROOT / ctl).glob(prefix + "*") if p.is_dir()]
+                except OSError:
+                    continue
+                _remove_cgroups([str(p) for p in stale])
+        if self.root.exists():
+            _rmtree(self.root)
+            removed.append(str(self.root))
+        base = self.root.parent
+        marker = base / ".created-fsx"
+        others = [p for p in base.iterdir() if p.is_dir()] if base.exists() else []
+        if not others:
+            if marker.exists() and Path("/fsx").is_dir() and not os.path.ismount("/fsx") \
+                    and not any(Path("/fsx").iterdir()):
+                Path("/fsx").rmdir()
+                removed.append("/fsx")
+            if base.exists():
+                shutil.rmtree(base, ignore_errors=True)
+        self.nodes = {}
+        return removed
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _remove_cgroups(paths: list[str]) -> None:
+    """rmdir a cgroup sub-tree bottom-up (cgroup directories cannot be rm -r'd)."""
+    for top in paths:
+        p = Path(top)
+        if not p.exists():
+            continue
+        for dirpath, dirnames, _ in sorted(os.walk(p), key=lambda t: -t[0].count("/")):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass
+
+
+def _rmtree(path: Path) -> None:
+    """rm -r, but never across a mount point (a leaked bind of /fsx or the host)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split()[4] for line in f]
+    for m in sorted(mounts, key=len, reverse=True):
+        if m == str(path) or m.startswith(str(path) + "/"):
+            sh("umount", "-l", m, check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_files(manifest_path: str) -> None:
+    """cloud-init write_files, run inside the node: contents, modes, owners, parents."""
+    import grp
+    import pwd
+    for entry in json.loads(Path(manifest_path).read_text()):
+        path = Path(entry["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(entry["b64"]))
+        os.chmod(path, entry["mode"])
+        user, _, group = entry["owner"].partition(":")
+        try:
+            os.chown(path, pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid)
+        except KeyError:
+            pass  # like cloud-init, an unknown owner leaves root ownership
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "write-files":
+        write_files(sys.argv[2])
+    else:
+        sys.exit("usage: python -m localcluster.nodes write-files MANIFEST")

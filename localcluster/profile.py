@@ -1,0 +1,157 @@
+"""The test instance profile and the user data a local node boots from.
+
+The local cluster renders the user data of a small stack with the real renderer, but
+hands it a TEST InstanceSpec measured from this host with `slurmd -C` and no GPUs or
+EFA, so Slurm's node lines match what each namespace node really has. The stack
+config itself keeps production values (p5.48xlarge, a Capacity-Block-free on-demand
+layout) so the renderer takes its normal path.
+
+The node files are then read back out of the ACTUAL user-data bytes (gunzip, MIME,
+cloud-config `write_files`) - the same route cloud-init takes on EC2 - so a node only
+runs what would have shipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import email
+import gzip
+import re
+import subprocess
+from dataclasses import dataclass
+
+import yaml
+
+from infra.catalog import InstanceSpec
+from infra.config import ClusterConfig, parse_config
+
+PROFILE_NOTE = "test profile: no GPUs, CPUs/memory from this host"
+AZ = "us-east-2b"
+FSX_DNS = "fs-0local.fsx.us-east-2.amazonaws.com"
+FSX_MOUNT = "local"
+
+
+def slurmd_facts(text: str | None = None) -> dict[str, int]:
+    """Parse the first line of `slurmd -C` (CPUs, sockets, cores, threads, RealMemory)."""
+    if text is None:
+        text = subprocess.run(["slurmd", "-C"], check=True, capture_output=True, text=True).stdout
+    first = text.splitlines()[0]
+    facts = dict(re.findall(r"(\w+)=(\S+)", first))
+    return {k: int(facts[k]) for k in
+            ("CPUs", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")}
+
+
+def test_instance_spec(facts: dict[str, int] | None = None) -> InstanceSpec:
+    """An InstanceSpec shaped like this host, without GPUs or EFA.
+
+    memory_mib is what `slurmd -C` measured; the spec's 95% rule then keeps
+    RealMemory below it, as it does on EC2.
+    """
+    f = facts or slurmd_facts()
+    return InstanceSpec(
+        name="local.test", gpu_model="none", gpus=0, gpu_memory_mib=0,
+        vcpus=f["CPUs"], sockets=f["SocketsPerBoard"], cores_per_socket=f["CoresPerSocket"],
+        threads_per_core=f["ThreadsPerCore"], memory_mib=f["RealMemory"],
+        network_cards=1, efa_count=0, efa_on_card0=False, local_nvme_gb=0,
+        efa_gbps=0, cpu_vendor="host",
+        sources={"all": "slurmd -C on this host"}, unconfirmed=(),
+    )
+
+
+def local_config(name: str = "local", nodes: int = 2) -> ClusterConfig:
+    """A small on-demand stack with p5.48xlarge config values (the spec is swapped)."""
+    return parse_config({
+        "name": name,
+        "instance_type": "p5.48xlarge",
+        "network": {"availability_zone": AZ, "subnet_id": "subnet-0a1b2c3d4e5f60718"},
+        "capacity": {"nodes": max(2, nodes)},
+        "validation": {"wait_for_nodes_minutes": 5, "time_limit_minutes": 5},
+    })
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    path: str
+    content: bytes
+    permissions: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class UserData:
+    raw: bytes                       # what EC2 gets (before base64)
+    files: dict[str, ShippedFile]    # from cloud-config write_files
+    runcmd: list                     # cloud-config runcmd, as written
+    scripts: list[bytes]             # text/x-shellscript parts, if any
+    rendered_files: dict[str, bytes]  # the renderer's own view (NodeFiles.files)
+
+
+def _decode(entry: dict) -> bytes:
+    content = entry.get("content", "")
+    data = content.encode() if isinstance(content, str) else bytes(content)
+    enc = (entry.get("encoding") or "text").lower()
+    if enc in ("b64", "base64"):
+        return base64.b64decode(data)
+    if enc in ("gz+b64", "gzip+base64", "gz+base64", "gzip+b64"):
+        return gzip.decompress(base64.b64decode(data))
+    if enc in ("gz", "gzip"):
+        return gzip.decompress(data)
+    return data
+
+
+def parse_user_data(raw: bytes) -> tuple[dict[str, ShippedFile], list, list[bytes]]:
+    """Read user data as cloud-init does: optional gzip, MIME multipart or plain."""
+    data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    parts: list[tuple[str, bytes]] = []
+    if data.startswith(b"#cloud-config"):
+        parts.append(("text/cloud-config", data))
+    elif data.startswith(b"#!"):
+        parts.append(("text/x-shellscript", data))
+    else:
+        msg = email.message_from_bytes(data)
+        for part in msg.walk():
+            if part.is_multipart():
+                continue
+            parts.append((part.get_content_type(), part.get_payload(decode=True) or b""))
+    files: dict[str, ShippedFile] = {}
+    runcmd: list = []
+    scripts: list[bytes] = []
+    for ctype, body in parts:
+        if ctype == "text/cloud-config":
+            doc = yaml.safe_load(body) or {}
+            for entry in doc.get("write_files", []) or []:
+                path = entry["path"]
+                content = _decode(entry)
+                if entry.get("append") and path in files:
+                    content = files[path].content + content
+                files[path] = ShippedFile(path, content, int(str(entry.get("permissions", "0644")), 8),
+                                          entry.get("owner", "root:root"))
+            runcmd.extend(doc.get("runcmd", []) or [])
+        elif ctype == "text/x-shellscript":
+            scripts.append(body)
+    return files, runcmd, scripts
+
+
+def render(name: str = "local", nodes: int = 2, spec: InstanceSpec | None = None) -> UserData:
+    """Render the stack's user data with the real renderer, then parse it back."""
+    from userdata.render import FsxEndpoint, render_userdata
+
+    cfg = local_config(name, nodes)
+    out = render_userdata(cfg, spec or test_instance_spec(), FsxEndpoint(dns_name=FSX_DNS, mount_name=FSX_MOUNT))
+    files, runcmd, scripts = parse_user_data(out.user_data)
+    if out.s3_payload is not None:
+        raise RuntimeError("the rendered user data needs an S3 payload; the local cluster has no S3 stand-in")
+    return UserData(out.user_data, files, runcmd, scripts, dict(out.files))
+
+
+def parity_problems(ud: UserData) -> list[str]:
+    """Where what ships (the user data) differs from what the renderer says it wrote."""
+    problems = []
+    for path, content in sorted(ud.rendered_files.items()):
+        if path not in ud.files:
+            problems.append(f"{path}: in NodeFiles.files but not in the user data's write_files")
+        elif ud.files[path].content != content:
+            problems.append(f"{path}: user data content differs from NodeFiles.files")
+    for path in sorted(set(ud.files) - set(ud.rendered_files)):
+        problems.append(f"{path}: in the user data but not in NodeFiles.files")
+    return problems
