@@ -1,0 +1,327 @@
+"""The rendered validation job, its report logic, and the gate run against fake Slurm."""
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from userdata import validation_report as vr
+from userdata import verdict
+from userdata.validation_files import compact_python, validation_files
+
+GOLDEN = Path(__file__).parent / "golden" / "validation"
+DATA = Path(__file__).parent / "data" / "verdict"
+SCRIPTS = ("/opt/gpu-cluster/validation/gate.sh", "/opt/gpu-cluster/validation/first-boot.sbatch",
+           "/opt/gpu-cluster/bin/gpu-cluster-validation")
+
+# catalog figures per node (infra/catalog.py is the source on the real path)
+TYPES = {
+    "p5.48xlarge": dict(gpus=8, vcpus=192, efa_count=32, efa_gbps=3200),
+    "p4d.24xlarge": dict(gpus=8, vcpus=96, efa_count=4, efa_gbps=400),
+    "p6-b200.48xlarge": dict(gpus=8, vcpus=192, efa_count=8, efa_gbps=3200),
+}
+
+
+def ctx(instance_type="p5.48xlarge", **over):
+    c = dict(cluster_name="demo", instance_type=instance_type, partition="train",
+             fsx_root="/fsx/.gpu-cluster/demo", container_image="nvcr.io#nvidia/pytorch:26.08-py3",
+             time_limit_minutes=60, baseline_margin=0.1, **TYPES.get(instance_type, {}))
+    c.update(over)
+    return c
+
+
+# --- rendering -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("itype", sorted(TYPES))
+def test_golden(itype, update_golden):
+    files = validation_files(ctx(itype))
+    for path, content in sorted(files.items()):
+        if path.startswith("/opt/gpu-cluster/lib/") and itype != "p5.48xlarge":
+            continue  # the shipped Python does not depend on the instance type
+        golden = GOLDEN / itype / path.lstrip("/")
+        if update_golden:
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(content)
+        assert golden.read_text() == content, f"{golden} differs; rerun with --update-golden"
+
+
+def test_rendering_is_byte_stable():
+    assert validation_files(ctx()) == validation_files(ctx())
+
+
+@pytest.mark.parametrize("itype", sorted(TYPES) + ["local"])
+def test_scripts_pass_bash_n_and_shellcheck(itype, tmp_path):
+    c = ctx(itype) if itype in TYPES else ctx(itype, gpus=0, vcpus=2, efa_count=0, efa_gbps=0,
+                                              container_image="")
+    files = validation_files(c)
+    for path in SCRIPTS:
+        f = tmp_path / Path(path).name
+        f.write_text(files[path])
+        assert subprocess.run(["bash", "-n", str(f)]).returncode == 0
+        sc = subprocess.run(["shellcheck", "-s", "bash", str(f)], capture_output=True, text=True)
+        assert sc.returncode == 0, sc.stdout
+
+
+def test_p5_job_uses_seed_launch_settings():
+    files = validation_files(ctx())
+    sbatch = files["/opt/gpu-cluster/validation/first-boot.sbatch"]
+    assert "#SBATCH --ntasks-per-node=8\n#SBATCH --cpus-per-task=24\n#SBATCH --gres=gpu:8\n" in sbatch
+    assert "#SBATCH --time=60\n" in sbatch and "#SBATCH --partition=train\n" in sbatch
+    gate = files["/opt/gpu-cluster/validation/gate.sh"]
+    assert "readonly SWEEP=(-b 8 -e 16G -f 2 -g 1 -c 1 -n 50)" in gate
+    assert "readonly IMAGE='nvcr.io#nvidia/pytorch:26.08-py3'" in gate
+    assert "/usr/local/cuda-*/efa/test-cuda-*" in gate and "cuda-13" not in gate  # discovered
+    code = "\n".join(ln for ln in gate.splitlines() if not ln.lstrip().startswith("#"))
+    exports = re.findall(r"--export=\"?([^\" ]*)", code)
+    assert exports and all(e.startswith("ALL,") for e in exports)  # never a bare list
+    assert all("NCCL_DEBUG=INFO" in e for e in exports)
+    # nothing forces IB or a network plugin on EFA (seed troubleshooting)
+    assert not re.search(r"NCCL_NET\b|NCCL_NET_PLUGIN|NCCL_IB_|FI_PROVIDER", code)
+    assert gate.count("--mpi=pmix") == 2  # single-node and pair nccl-tests
+
+
+def test_every_test_launch_is_time_limited():
+    gate = validation_files(ctx())["/opt/gpu-cluster/validation/gate.sh"]
+    lines = gate.splitlines()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("#", "skip ")):
+            continue  # comments and skip reasons only mention srun
+        if re.search(r"\bsrun\b", line) and "--help" not in line and "srun --mpi=list" not in line:
+            ok = "timeout" in line or lines[i - 1].rstrip().endswith("-- \\") or \
+                line.lstrip().startswith("--")
+            assert ok, f"unbounded srun on line {i + 1}: {line}"
+    assert "run_step pmix" in gate and "timeout --kill-after=30" in gate
+
+
+def test_local_profile_has_no_gres_and_empty_image():
+    files = validation_files(ctx("local", gpus=0, vcpus=2, efa_count=0, efa_gbps=0, container_image=""))
+    sbatch = files["/opt/gpu-cluster/validation/first-boot.sbatch"]
+    assert "--gres" not in sbatch and "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2\n" in sbatch
+    assert "readonly IMAGE=''" in files["/opt/gpu-cluster/validation/gate.sh"]
+
+
+def test_config_carries_catalog_thresholds():
+    cfg = json.loads(validation_files(ctx("p4d.24xlarge"))["/opt/gpu-cluster/validation/config.json"])
+    assert cfg["thresholds"] == verdict.thresholds(400, 8, 4)
+    assert cfg["fsx_root"] == "/fsx/.gpu-cluster/demo" and cfg["baseline_margin"] == 0.1
+
+
+def test_missing_ctx_key_is_named():
+    c = ctx()
+    del c["efa_gbps"]
+    with pytest.raises(KeyError, match="efa_gbps"):
+        validation_files(c)
+
+
+def test_shipped_python_is_compacted_but_equivalent():
+    files = validation_files(ctx())
+    shipped = files["/opt/gpu-cluster/lib/verdict.py"]
+    assert shipped.startswith("# Generated by gpu-cluster from userdata/verdict.py")
+    assert '"""' not in shipped
+    ns = {"__name__": "shipped_verdict"}
+    exec(compile(shipped, "verdict.py", "exec"), ns)
+    for log in sorted(DATA.glob("*.log")):
+        text = log.read_text()
+        kw = dict(expect_transport="efa", expect_nics=32, min_algbw=60.0, max_latency_us=30.0)
+        assert ns["evaluate"](text, **kw) == verdict.evaluate(text, **kw), log.name
+    compile(files["/opt/gpu-cluster/lib/validation_report.py"], "validation_report.py", "exec")
+
+
+def test_compact_python_keeps_code_drops_docs():
+    out = compact_python('"""doc"""\ndef f():\n    """doc"""\n    return 1  # why\n', "x.py")
+    ns = {}
+    exec(out, ns)
+    body = out.split("\n", 1)[1]  # after the generated-file header
+    assert ns["f"]() == 1 and "doc" not in body and "why" not in body
+
+
+@pytest.mark.parametrize("op,world", [("all_reduce", 16), ("all_to_all", 16), ("all_reduce", 2),
+                                      ("all_to_all", 8)])
+def test_torch_busbw_matches_nccl_tests_formula(op, world):
+    # exec the rendered script without torch: torch is only imported inside main()
+    ns = {"__name__": "bench"}
+    exec(validation_files(ctx())["/opt/gpu-cluster/validation/torch_comm_bench.py"], ns)
+    nccl_op = "alltoall" if op == "all_to_all" else op
+    assert ns["busbw"](op, 100.0, world) == pytest.approx(100.0 * verdict.busbw_factor(nccl_op, world))
+    assert list(ns["sizes"](1 << 20, 8 << 30))[-1] == 8 << 30
+
+
+def test_total_gzip_size_is_reported_and_bounded():
+    import gzip
+    files = validation_files(ctx())
+    blob = "".join(files[k] for k in sorted(files)).encode()
+    # the whole user data is limited to 16 KB; the gate must leave most of it to the boot
+    assert len(gzip.compress(blob, mtime=0)) < 14000
+
+
+# --- report logic --------------------------------------------------------------------
+
+def test_pairs_two_nodes_ring_and_blocks():
+    assert vr.pairs(["a", "b"], {}) == [("a", "b", "within:default")]
+    assert vr.pairs(["a", "b", "c"], {}) == [("a", "b", "within:default"), ("b", "c", "within:default"),
+                                             ("c", "a", "within:default")]
+    feats = vr.parse_features("a block-x,p5.48xlarge\nb block-x\nc block-y\nd block-y\n")
+    assert vr.pairs(["a", "b", "c", "d"], feats) == [
+        ("a", "b", "within:x"), ("c", "d", "within:y"), ("a", "c", "across:x/y")]
+
+
+def rec(step, nodes, verdict_, kind="within:default", value=None, figure="algbw", reasons=None):
+    return {"step": step, "nodes": nodes, "kind": kind, "verdict": verdict_, "value": value,
+            "figure": figure, "reasons": reasons or ([] if verdict_ == "GO" else ["slow"])}
+
+
+def test_blame_names_the_node_whose_every_pair_fails():
+    ring = [rec("all_reduce", ["a", "b"], "GO"), rec("all_reduce", ["b", "c"], "NO-GO"),
+            rec("all_reduce", ["c", "a"], "NO-GO")]
+    assert vr.blame(ring) == {"c": "all_reduce NO-GO with b: slow"}
+
+
+def test_blame_nobody_when_everything_fails_or_only_across_blocks():
+    assert vr.blame([rec("all_reduce", ["a", "b"], "NO-GO")]) == {}
+    across = [rec("all_reduce", ["a", "b"], "GO", kind="within:x"),
+              rec("all_reduce", ["a", "c"], "NO-GO", kind="across:x/y")]
+    assert vr.blame(across) == {}
+
+
+def test_blame_single_node_failure():
+    assert vr.blame([rec("single", ["a"], "NO-GO", kind="", reasons=["Out of bounds values : 2 FAILED"])]) \
+        == {"a": "single-node all_reduce NO-GO: Out of bounds values : 2 FAILED"}
+
+
+CFG = {"cluster_name": "demo", "instance_type": "p5.48xlarge", "baseline_margin": 0.1,
+       "thresholds": verdict.thresholds(3200, 8, 32)}
+
+
+def test_limit_is_catalog_then_tightened_by_baseline():
+    assert vr.limit_for("all_reduce", CFG, {}) == (240.0, "catalog")
+    assert vr.limit_for("all_reduce", CFG, {"all_reduce.algbw": 370.0}) == (333.0, "baseline 370.0 -/+ 10%")
+    assert vr.limit_for("all_reduce", CFG, {"all_reduce.algbw": 200.0}) == (240.0, "catalog")
+    assert vr.limit_for("pingpong", CFG, {"pingpong.latency_us": 10.0}) == (11.0, "baseline 10.0 -/+ 10%")
+    assert vr.limit_for("single", CFG, {}) == (None, None)
+
+
+def test_check_step_applies_baseline_drop():
+    text = (DATA / "efa_p5_allreduce_16g.log").read_text()
+    assert vr.check_step(CFG, {}, "all_reduce", text)["verdict"] == "GO"
+    r = vr.check_step(CFG, {"all_reduce.algbw": 300.0}, "all_reduce", text)
+    assert r["reasons"] == ["algbw 259.78 GB/s at 17179869184 bytes below 270.0 GB/s"]
+    assert vr.check_step(CFG, {}, "pmix", "MPI plugin types are...\n\tnone\n\tpmix\n")["verdict"] == "GO"
+    assert vr.check_step(CFG, {}, "pmix", "\tnone\n\tpmi2\n")["verdict"] == "NO-GO"
+
+
+class FakeRun:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, argv, **kw):
+        self.calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def write_steps(run_dir, records):
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "nodes": ["a", "b", "c"]}))
+    (run_dir / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_build_records_baseline_then_compares_and_drains(tmp_path):
+    root = tmp_path / "validation"
+    good = [rec("pmix", ["a", "b", "c"], "GO", kind=""), rec("all_reduce", ["a", "b"], "GO", value=370.0),
+            rec("all_reduce", ["b", "c"], "GO", value=360.0), rec("all_reduce", ["c", "a"], "GO", value=380.0)]
+    write_steps(root / "r1", good)
+    first = vr.build(CFG, str(root / "r1"), str(root), now="t1")
+    assert first["verdict"] == "GO" and first["baseline"]["recorded"]
+    base = json.loads((root / "baseline.json").read_text())
+    assert base["figures"] == {"all_reduce.algbw": 370.0} and base["run_id"] == "r1"
+    assert (root / "latest").read_text() == "r1\n"
+
+    bad = good[:2] + [rec("all_reduce", ["b", "c"], "NO-GO", value=100.0, reasons=["below baseline"]),
+                      rec("all_reduce", ["c", "a"], "NO-GO", value=100.0, reasons=["below baseline"])]
+    write_steps(root / "r2", bad)
+    fake = FakeRun()
+    second = vr.build(CFG, str(root / "r2"), str(root), do_drain=True, runner=fake, now="t2")
+    assert second["verdict"] == "NO-GO" and second["baseline"] == {
+        "path": str(root / "baseline.json"), "run_id": "r1", "applied": True}
+    assert fake.calls == [["scontrol", "update", "nodename=c", "state=drain",
+                           "reason=gpu-cluster validation: all_reduce NO-GO with b: below baseline"]]
+    assert json.loads((root / "baseline.json").read_text())["run_id"] == "r1"  # kept
+    summary = (root / "r2" / "summary.txt").read_text()
+    assert summary.startswith("gpu-cluster validation r2: NO-GO\n")
+    assert "bad node c: all_reduce NO-GO with b: below baseline -> drained" in summary
+
+
+def test_build_without_steps_is_nogo(tmp_path):
+    (tmp_path / "validation" / "r").mkdir(parents=True)
+    r = vr.build(CFG, str(tmp_path / "validation" / "r"), str(tmp_path / "validation"), now="t")
+    assert r["verdict"] == "NO-GO" and r["reasons"][0].startswith("no step recorded")
+
+
+# --- the gate against fake Slurm on a CPU-only node ----------------------------------
+
+FAKE_SRUN = """#!/usr/bin/env bash
+if [ "$1" = "--mpi=list" ]; then printf 'MPI plugin types are...\\n\\tnone\\n\\t%s\\n' "$FAKE_MPI"; exit 0; fi
+echo "unexpected srun $*" >&2; exit 1
+"""
+FAKE_SCONTROL = """#!/usr/bin/env bash
+case "$1 $2" in
+  "show hostnames") printf 'n1\\nn2\\n' ;;
+  *) echo "$*" >>"$FAKE_LOG" ;;
+esac
+"""
+
+
+def fake_gate(tmp_path, mpi):
+    c = ctx("local", gpus=0, vcpus=2, efa_count=0, efa_gbps=0, container_image="",
+            fsx_root=str(tmp_path / "fsx"))
+    base = tmp_path / "opt"
+    for path, content in validation_files(c).items():
+        f = base / path.lstrip("/").replace("opt/gpu-cluster/", "", 1)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(content.replace("/opt/gpu-cluster", str(base)))
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fakebin / name).write_text(body)
+        (fakebin / name).chmod(0o755)
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this host has nvidia-smi: the CPU-only path is not what runs")
+    env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", SLURM_JOB_ID="42",
+               SLURM_JOB_NODELIST="n[1-2]", FAKE_MPI=mpi, FAKE_LOG=str(tmp_path / "scontrol.log"))
+    proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    root = tmp_path / "fsx" / "validation"
+    run_id = (root / "latest").read_text().strip()
+    return proc, json.loads((root / run_id / "report.json").read_text()), run_id
+
+
+def test_gate_on_cpu_only_cluster_runs_pmix_and_skips_the_rest(tmp_path):
+    proc, report, run_id = fake_gate(tmp_path, "pmix")
+    assert proc.returncode == 0, proc.stderr
+    assert run_id.endswith("-42") and report["nodes"] == ["n1", "n2"]
+    steps = [(r["step"], r["verdict"]) for r in report["steps"]]
+    assert steps == [("pmix", "GO"), ("single", "SKIPPED"), ("all_reduce", "SKIPPED"),
+                     ("torch_all_reduce", "SKIPPED"), ("pingpong", "SKIPPED")]
+    assert report["steps"][1]["reasons"][0].startswith("no nvidia-smi or no GPU on")
+    assert report["verdict"] == "GO" and not (tmp_path / "fsx" / "validation" / "baseline.json").exists()
+
+
+def test_gate_without_pmix_stops_and_is_nogo(tmp_path):
+    proc, report, _ = fake_gate(tmp_path, "pmi2")
+    steps = [(r["step"], r["verdict"]) for r in report["steps"]]
+    assert steps == [("pmix", "NO-GO"), ("single", "SKIPPED")]
+    assert report["verdict"] == "NO-GO"
+    assert "pmix not listed by srun --mpi=list" in report["steps"][0]["reasons"][0]
+
+
+def test_status_command_reads_latest(tmp_path):
+    fake_gate(tmp_path, "pmix")
+    cfg = tmp_path / "opt" / "validation" / "config.json"
+    out = subprocess.run(["python3", "-m", "userdata.validation_report", "--config", str(cfg), "status"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0
+    assert re.match(r"gpu-cluster validation \d{8}T\d{6}Z-42: GO\n", out.stdout)
+    assert "SKIPPED single" in out.stdout
