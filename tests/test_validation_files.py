@@ -81,7 +81,7 @@ def test_p5_job_uses_seed_launch_settings():
     assert all("NCCL_DEBUG=INFO" in e for e in exports)
     # nothing forces IB or a network plugin on EFA (seed troubleshooting)
     assert not re.search(r"NCCL_NET\b|NCCL_NET_PLUGIN|NCCL_IB_|FI_PROVIDER", code)
-    assert gate.count("--mpi=pmix") == 2  # single-node and pair nccl-tests
+    assert code.count("--mpi=pmix --export=") == 2  # single-node and pair nccl-tests launches
 
 
 def test_every_test_launch_is_time_limited():
