@@ -256,3 +256,11 @@ def test_cli_unreadable_log_is_nogo(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 1
     assert json.loads(out.stdout)["reasons"][0].startswith("cannot read log:")
+
+
+def test_failed_launch_marker_from_the_gate_is_nogo():
+    # gate.sh appends this line when srun (or its timeout) exits non-zero
+    text = (DATA / "efa_p5_allreduce_16g.log").read_text() + \
+        "gate: command exit status 124 (124: killed after 900s)\n"
+    r = verdict.evaluate(text, expect_transport="efa")
+    assert r["reasons"] == ["run failed: gate: command exit status 124 (124: killed after 900s)"]

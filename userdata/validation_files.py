@@ -113,7 +113,8 @@ def validation_files(ctx: dict) -> dict[str, str]:
     return {
         f"{JOB_DIR}/first-boot.sbatch": _render("first-boot.sbatch.j2", v),
         f"{JOB_DIR}/gate.sh": _render("gate.sh.j2", v),
-        f"{JOB_DIR}/torch_comm_bench.py": _render("torch_comm_bench.py.j2", v),
+        f"{JOB_DIR}/torch_comm_bench.py": compact_python(
+            _render("torch_comm_bench.py.j2", v), "userdata/templates/validation/torch_comm_bench.py.j2"),
         f"{JOB_DIR}/config.json": config_json(ctx),
         f"{BASE}/bin/gpu-cluster-validation": _render("gpu-cluster-validation.j2", v),
         f"{LIB}/verdict.py": compact_python((HERE / "verdict.py").read_text(encoding="utf-8"),

@@ -89,7 +89,8 @@ COLL = r"\b(alltoall|all_reduce|all_gather|reduce_scatter|broadcast|sendrecv|hyp
 NCCLWARN = re.compile(r"NCCL WARN (.*)")
 FAILURE = re.compile(r"(Test (?:NCCL |CUDA )?failure.*|slurmstepd: error.*|srun: error.*|MPI_ABORT.*"
                      r"|opal_shmem_base_select failed.*|Segmentation fault.*|CANCELLED.*"
-                     r"|timeout: sending signal.*|Traceback \(most recent call last\).*)")
+                     r"|timeout: sending signal.*|Traceback \(most recent call last\).*"
+                     r"|gate: command exit status.*)")
 TORCH = re.compile(r"^(all_reduce|all_to_all)\s+(\d+) B\s+time\s+([\d.]+) ms\s+algbw\s+([\d.]+) GB/s"
                    r"\s+busbw\s+([\d.]+) GB/s")
 TORCH_HEAD = re.compile(r"# torch_comm_bench op=(\w+) world=(\d+) nodes=(\d+) max_bytes=(\d+)")

@@ -45,7 +45,8 @@ run_step() {
     return 1
   fi
   log "start $step $nodes $kind"
-  timeout --kill-after=30 "$limit" "$@" >>"$out" 2>&1 || echo "exit status $? (timeout after ${limit}s is 124)" >>"$out"
+  timeout --kill-after=30 "$limit" "$@" >>"$out" 2>&1 ||
+    echo "gate: command exit status $? (124: killed after ${limit}s)" >>"$out"
   report check --step "$step" --nodes "$nodes" --kind "$kind" --log "$out"
 }
 

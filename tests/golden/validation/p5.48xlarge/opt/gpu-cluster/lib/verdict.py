@@ -35,7 +35,7 @@ NCCLHOST = re.compile('(?:^|\\s)(\\w[\\w.-]*):\\d+:\\d+ \\[\\d+\\] NCCL')
 RANKHOST = re.compile('#\\s+Rank\\s+\\d+\\s+(?:Group\\s+\\d+\\s+)?Pid\\s+\\d+\\s+on\\s+(\\S+)\\s+device')
 COLL = '\\b(alltoall|all_reduce|all_gather|reduce_scatter|broadcast|sendrecv|hypercube|gather|scatter|reduce)'
 NCCLWARN = re.compile('NCCL WARN (.*)')
-FAILURE = re.compile('(Test (?:NCCL |CUDA )?failure.*|slurmstepd: error.*|srun: error.*|MPI_ABORT.*|opal_shmem_base_select failed.*|Segmentation fault.*|CANCELLED.*|timeout: sending signal.*|Traceback \\(most recent call last\\).*)')
+FAILURE = re.compile('(Test (?:NCCL |CUDA )?failure.*|slurmstepd: error.*|srun: error.*|MPI_ABORT.*|opal_shmem_base_select failed.*|Segmentation fault.*|CANCELLED.*|timeout: sending signal.*|Traceback \\(most recent call last\\).*|gate: command exit status.*)')
 TORCH = re.compile('^(all_reduce|all_to_all)\\s+(\\d+) B\\s+time\\s+([\\d.]+) ms\\s+algbw\\s+([\\d.]+) GB/s\\s+busbw\\s+([\\d.]+) GB/s')
 TORCH_HEAD = re.compile('# torch_comm_bench op=(\\w+) world=(\\d+) nodes=(\\d+) max_bytes=(\\d+)')
 PP_ROW = re.compile('^(\\d+(?:\\.\\d+)?[kmg]?)\\s+(\\d+[kmg]?)\\s+(?:=?\\d+[kmg]?\\s+)?(\\S+)\\s+([\\d.]+)s\\s+([\\d.]+)\\s+([\\d.]+)\\s+([\\d.]+)$')
