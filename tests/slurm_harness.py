@@ -37,6 +37,20 @@ def missing_prerequisites() -> str | None:
     return None
 
 
+SYSROOT_ENV = "GPU_CLUSTER_SLURM_SYSROOT"
+
+
+def sysroot_problem(sysroot: Path) -> str | None:
+    """Why a chroot holding a second Slurm cannot run the oracle, or None when it can."""
+    if not (sysroot / "usr/sbin/slurmctld").exists():
+        return f"{sysroot} has no /usr/sbin/slurmctld (apt-get install slurmctld slurmd slurm-client munge libpmix-dev there)"
+    if not any((sysroot / "sys/fs/cgroup").iterdir() if (sysroot / "sys/fs/cgroup").is_dir() else ()):
+        return f"{sysroot}/sys/fs/cgroup is empty: mount --rbind /sys {sysroot}/sys (and /proc, /dev)"
+    if not (sysroot / "proc/self").exists():
+        return f"{sysroot}/proc is not mounted"
+    return None
+
+
 def _bin(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
 
@@ -170,6 +184,11 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 class SlurmTestCluster:
     """A private munged + slurmctld (+ optional dynamic slurmds) under `layout.root`.
 
+    `sysroot`: run the daemons and clients of another Slurm installed in a chroot
+    (e.g. Debian 13's Slurm 24.11 from debootstrap) instead of this host's. The layout
+    paths are then paths inside the chroot; the chroot needs /proc, /dev and
+    `mount --rbind /sys` (cgroups) in place.
+
     Usage:
         cluster = SlurmTestCluster(SlurmLayout(tmp_path))
         cluster.write_configs({"slurm.conf": ..., "cgroup.conf": ...})  # filled, localized
@@ -182,10 +201,21 @@ class SlurmTestCluster:
     """
 
     layout: SlurmLayout
+    sysroot: Path | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.layout.make_dirs()
+        SlurmLayout(self.host_path(self.layout.root)).make_dirs()
+
+    def host_path(self, path: Path) -> Path:
+        """Where a layout path is on this host (inside the sysroot when there is one)."""
+        return self.sysroot / path.relative_to("/") if self.sysroot else path
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        return ["chroot", str(self.sysroot), *argv] if self.sysroot else argv
+
+    def _daemon(self, name: str) -> str:
+        return str(Path("/usr/sbin", name)) if self.sysroot else _bin(name)
 
     @property
     def env(self) -> dict[str, str]:
@@ -194,11 +224,11 @@ class SlurmTestCluster:
     def write_configs(self, files: dict[str, str]) -> None:
         """Write config files by name into the conf directory (next to slurm.conf)."""
         for name, text in files.items():
-            (self.layout.etc / name).write_text(text)
+            self.host_path(self.layout.etc / name).write_text(text)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.layout.log / f"{name}.stderr", "wb")  # noqa: SIM115 - closed by the child
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+        log = open(self.host_path(self.layout.log / f"{name}.stderr"), "wb")  # noqa: SIM115
+        proc = subprocess.Popen(self._argv(argv), stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                 start_new_session=True)
         log.close()
         self.procs[name] = proc
@@ -212,6 +242,7 @@ class SlurmTestCluster:
     def logs(self, name: str) -> str:
         texts = []
         for path in (self.layout.log / f"{name}.stderr", self.layout.log / f"{name}.log"):
+            path = self.host_path(path)
             if path.exists():
                 texts.append(path.read_text(errors="replace")[-4000:])
         return "\n".join(texts)
@@ -219,21 +250,22 @@ class SlurmTestCluster:
     def start_munged(self) -> None:
         m = self.layout.munge
         key = m / "munge.key"
-        subprocess.run([_bin("mungekey"), "-c", "-k", str(key)], check=True, capture_output=True)
+        subprocess.run(self._argv([self._daemon("mungekey"), "-c", "-k", str(key)]), check=True,
+                       capture_output=True)
         self._spawn("munged", [
-            _bin("munged"), "-F", "-f", f"--socket={self.layout.munge_socket}",
+            self._daemon("munged"), "-F", "-f", f"--socket={self.layout.munge_socket}",
             f"--key-file={key}", f"--pid-file={m / 'munged.pid'}",
             f"--seed-file={m / 'munged.seed'}",
         ])
 
         def ready() -> bool:
             self._check_alive("munged")
-            return self.layout.munge_socket.exists()
+            return self.host_path(self.layout.munge_socket).exists()
 
         wait_for(ready, 10, "munged to create its socket")
 
     def start_slurmctld(self, timeout: float = 15) -> None:
-        self._spawn("slurmctld", [_bin("slurmctld"), "-D", "-c", "-f", str(self.layout.conf)])
+        self._spawn("slurmctld", [self._daemon("slurmctld"), "-D", "-c", "-f", str(self.layout.conf)])
 
         def ready() -> bool:
             self._check_alive("slurmctld")
@@ -247,7 +279,7 @@ class SlurmTestCluster:
 
     def start_slurmd(self, conf_line: str, name: str = "slurmd") -> None:
         """Start a dynamic slurmd (-Z) with the given --conf node line."""
-        self._spawn(name, [_bin("slurmd"), "-D", "-Z", "--conf", conf_line, "-f", str(self.layout.conf)])
+        self._spawn(name, [self._daemon("slurmd"), "-D", "-Z", "--conf", conf_line, "-f", str(self.layout.conf)])
 
     def wait_node_state(self, node: str, states: tuple[str, ...] = ("IDLE",), timeout: float = 20) -> dict[str, str]:
         """Wait until `scontrol show node` reports one of `states`; return its fields."""
@@ -268,11 +300,11 @@ class SlurmTestCluster:
 
     def run(self, *argv: str, check: bool = True, timeout: float = 15) -> subprocess.CompletedProcess:
         """Run a Slurm client command against this cluster (SLURM_CONF set)."""
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
+        return subprocess.run(self._argv(list(argv)), env=self.env, capture_output=True, text=True,
                               check=check, timeout=timeout)
 
-    def stop(self, timeout: float = 10) -> None:
-        """Stop every process this cluster started (children first), by pid."""
+    def stop(self, timeout: float = 5) -> None:
+        """Stop every process this cluster started (last started first), by pid."""
         for name in reversed(list(self.procs)):
             proc = self.procs[name]
             if proc.poll() is None:

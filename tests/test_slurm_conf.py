@@ -164,6 +164,7 @@ def test_slurm_conf_settings_exact():
         "SlurmctldTimeout": "300",
         "SlurmdTimeout": "300",
         "MinJobAge": "600",
+        "MailProg": "/bin/true",
         "JobCompType": "jobcomp/filetxt",
         "JobCompLoc": "/fsx/.gpu-cluster/demo/slurmctld/jobcomp.log",
     }

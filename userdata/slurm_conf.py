@@ -218,6 +218,9 @@ def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str
         ("SlurmctldTimeout", "300"),
         ("SlurmdTimeout", "300"),
         ("MinJobAge", "600"),
+        # No mail relay on the nodes; without this Slurm 23.x+ logs "Configured
+        # MailProg is invalid" at every start and --mail-type silently fails anyway.
+        ("MailProg", "/bin/true"),
         ("JobCompType", "jobcomp/filetxt"),
         ("JobCompLoc", job_comp_loc(cluster_name)),
     ]
