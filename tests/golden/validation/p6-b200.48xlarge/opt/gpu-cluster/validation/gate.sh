@@ -45,7 +45,7 @@ run_step() {
     return 1
   fi
   log "start $step $nodes $kind"
-  timeout --kill-after=30 "$limit" "$@" >>"$out" 2>&1 ||
+  timeout --kill-after=30 "$limit" "$@" </dev/null >>"$out" 2>&1 ||
     echo "gate: command exit status $? (124: killed after ${limit}s)" >>"$out"
   report check --step "$step" --nodes "$nodes" --kind "$kind" --log "$out"
 }
@@ -94,7 +94,7 @@ pingpong_pair() {
   echo "# $pp -p efa -e rdm -I 10000 -S 64 $addr (server $a, client $b)" >"$out"
   # server first, in the background, bounded by the same timeout as the client
   timeout --kill-after=10 "$T_PING" srun --overlap -N 1 -n 1 -w "$a" \
-    "$pp" -p efa -e rdm -I 10000 -S 64 >"$LOGS/pingpong-server-$a.log" 2>&1 &
+    "$pp" -p efa -e rdm -I 10000 -S 64 </dev/null >"$LOGS/pingpong-server-$a.log" 2>&1 &
   server=$!
   sleep 5
   run_step pingpong "$a,$b" "$kind" "$T_PING" "$out" -- \
@@ -136,11 +136,12 @@ gpu_steps() {
   nodes=$(IFS=,; echo "${good[*]}")
   sinfo -h -N -n "$nodes" -o '%N %f' >"$LOGS/features.txt"
   report plan --nodes "$nodes" --features "$LOGS/features.txt" >"$LOGS/pairs.txt"
-  while read -r a b kind; do
+  # fd 3: srun forwards stdin to its tasks and would eat the pair list
+  while read -r a b kind <&3; do
     if host_pair "$a" "$b" "$kind" "$dir" "$libs"; then
       passed+=("$a:$b:$kind")
     fi
-  done <"$LOGS/pairs.txt"
+  done 3<"$LOGS/pairs.txt"
   if [ "${#passed[@]}" -eq 0 ]; then
     skip torch_all_reduce "$nodes" "" "host nccl-tests failed on every pair"
     skip pingpong "$nodes" "" "host nccl-tests failed on every pair"
