@@ -44,8 +44,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_why is not None, reason=_wh
 CLUSTER, PARTITION = "oracle", "train"
 
 
-def _config(spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None) -> dict[str, str]:
-    files = sc.render_slurm_files(CLUSTER, PARTITION, spec, cgroup_plugin=host_cgroup_plugin())
+def _config(spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None,
+            cgroup_plugin: str | None = None) -> dict[str, str]:
+    files = sc.render_slurm_files(CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin())
     conf = sc.fill_placeholders(files[sc.SLURM_CONF_TEMPLATE_PATH], {
         "CONTROLLER_HOST": host_short_name(),
         "CONTROLLER_ADDR": "127.0.0.1",
@@ -100,7 +101,8 @@ def _show_config(cluster: SlurmTestCluster) -> dict[str, str]:
 
 def test_slurmctld_accepts_p5_config(cluster):
     spec = CATALOG["p5.48xlarge"]
-    cluster.write_configs(_config(spec, cluster.layout, expected_nodes=1024))
+    # Exactly the files a p5 node gets (cgroup.conf with the default autodetect).
+    cluster.write_configs(_config(spec, cluster.layout, expected_nodes=1024, cgroup_plugin="autodetect"))
     cluster.start_munged()
     cluster.start_slurmctld()
     cfg = _show_config(cluster)
@@ -120,7 +122,8 @@ def test_slurmctld_accepts_p5_config(cluster):
     assert cfg["MailProg"] == "/bin/true"
     assert cfg["MpiDefault"] in ("none", "(null)")  # 24.11 prints none as (null)
     assert cfg["StateSaveLocation"] == str(cluster.layout.state)
-    assert cfg["ConstrainDevices"] == "no" and cfg["ConstrainCores"] == "yes"
+    assert cfg["CgroupPlugin"] == "autodetect"
+    assert cfg["ConstrainDevices"] == "no" and cfg["ConstrainCores"] == "yes" and cfg["ConstrainRAMSpace"] == "no"
     part = parse_node_line(cluster.run("scontrol", "-o", "show", "partition", PARTITION).stdout)
     assert part["Default"] == "YES" and part["MaxTime"] == "UNLIMITED" and part["State"] == "UP"
     # The controller wrote its state where the config says (on /fsx for real nodes).
@@ -178,7 +181,10 @@ def test_gpu_node_gres_and_def_cpu_per_gpu(cluster):
     cluster.host_path(dev).mkdir()
     for i in range(2):
         os.mknod(cluster.host_path(dev / f"nvidia{i}"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    cluster.write_configs(_config(spec, cluster.layout, expected_nodes=2, gres_dir=str(dev)))
+    # cgroup.conf as rendered for the nodes (autodetect): slurmd must find this host's
+    # hierarchy by itself (v1 here, v2 on Ubuntu 24.04).
+    cluster.write_configs(_config(spec, cluster.layout, expected_nodes=2, gres_dir=str(dev),
+                                  cgroup_plugin="autodetect"))
     cluster.start_munged()
     cluster.start_slurmctld()
     line = sc.fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "on-demand"})
