@@ -18,6 +18,27 @@ Measured on Slurm 22.05 (FACTS 9): the node registers with exactly the given Nod
 Boot-time values are placeholders `@NAME@` (no `/`, `&`, `\\` or `|`, so a plain
 `sed -e 's|@NAME@|value|g'` fills them): the controller's name and address and
 MaxNodeCount in slurm.conf, the node's address and block in the slurmd --conf line.
+
+Versions. The nodes run Ubuntu's Slurm 23.11; the tests run the files against Debian's
+22.05.8 and, optionally, Debian 13's 24.11.5 in a chroot (tests/test_slurm_oracle.py),
+and every key used here is accepted by both. Differences this relies on:
+- dynamic nodes exist since 22.05; `--conf` takes NodeAddr, CPUs/Boards/Sockets/Cores/
+  Threads, RealMemory, Gres and Feature on all three (there is no `Dynamic=` key);
+- the 22.05-23.x dynamic-node guide requires TreeWidth=65533 (no fanout through dynamic
+  nodes); later guides drop the requirement, the value stays valid;
+- CommunicationParameters=NoAddrCache is not set: newer Slurm calls it defunct and
+  NodeAddr is an IPv4 literal anyway;
+- PMIx: 22.05 here ships pmix_v4, Ubuntu's 23.11 and 24.11 pmix_v5; `srun --mpi=pmix`
+  picks whichever is built, nothing in slurm.conf names it;
+- CgroupPlugin=autodetect is accepted by 22.05 (it finds cgroup v1 on the test host)
+  and selects cgroup/v2 on Ubuntu 24.04, where slurmd's unit must keep Delegate=yes
+  (the Debian/Ubuntu unit has it);
+- `scontrol show config` prints MpiDefault=none as "(null)" from 24.11 on.
+
+SlurmUser=root: slurmctld keeps its state under /fsx/.gpu-cluster/<cluster>, a
+root-only (0700) directory (docs/node-contract.md) that also carries the munge key
+exchange; running it as root avoids relaxing that mode or depending on the `slurm`
+UID being the same in every image that ever mounts the file system.
 """
 
 from __future__ import annotations
