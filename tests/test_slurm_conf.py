@@ -275,14 +275,17 @@ def test_systemd_and_logind_dropins():
     files = sc.render_slurm_files("demo", "train", P5)
     assert _body(files["/etc/systemd/system/slurmd.service.d/gpu-cluster.conf"]) == [
         "[Unit]", "RequiresMountsFor=/fsx",
-        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072",
+        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072", "Type=simple",
         "EnvironmentFile=/etc/default/slurmd",
         "ExecStart=",
         'ExecStart=/usr/sbin/slurmd -D -s -Z --conf "${SLURMD_NODE_CONF}" $SLURMD_OPTIONS',
     ]
     assert _body(files["/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf"]) == [
         "[Unit]", "RequiresMountsFor=/fsx",
-        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072",
+        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072", "Type=simple",
+        "User=root", "Group=root",
+        "ExecStart=",
+        "ExecStart=/usr/sbin/slurmctld -D -s $SLURMCTLD_OPTIONS",
     ]
     assert _body(files["/etc/systemd/logind.conf.d/gpu-cluster.conf"]) == ["[Login]", "RemoveIPC=no"]
 
@@ -305,9 +308,12 @@ def test_systemd_dropins_parse(tmp_path, unit):
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze not installed")
     files = sc.render_slurm_files("demo", "train", P5)
-    # A stand-in for the package unit (its ExecStart is what the drop-in resets).
+    # The installed package unit when there is one (its ExecStart is what the drop-in
+    # resets), else a stand-in.
     service = tmp_path / f"{unit}.service"
-    service.write_text(f"[Unit]\nDescription=test\n[Service]\nType=simple\nExecStart=/bin/true {unit}\n")
+    package_unit = Path("/lib/systemd/system") / f"{unit}.service"
+    service.write_text(package_unit.read_text() if package_unit.exists()
+                       else f"[Unit]\nDescription=test\n[Service]\nType=simple\nExecStart=/bin/true {unit}\n")
     drop = tmp_path / f"{unit}.service.d"
     drop.mkdir()
     (drop / "gpu-cluster.conf").write_text(files[f"/etc/systemd/system/{unit}.service.d/gpu-cluster.conf"])
