@@ -22,6 +22,7 @@ from localcluster import profile
 from localcluster.nodes import IMDS_PORT, Cluster, Node
 
 ENTRY_POINT = "/opt/gpu-cluster/bin/gpu-cluster-boot"
+SCRIPTS_DIR = "/var/lib/cloud/instance/scripts"  # where cloud-init keeps x-shellscript parts
 OVERRIDES_PATH = "/etc/gpu-cluster/overrides.env"
 # The three documented swaps (docs/node-contract.md), and nothing else.
 OVERRIDES = {
@@ -31,10 +32,10 @@ OVERRIDES = {
 }
 BOOT_LOG = "/var/log/gpu-cluster/boot.log"
 STATUS = "/var/lib/gpu-cluster/status"
-# "<ts> [NN-step] ..." lines written by the entry point around each step.
+# The entry point's lines in boot.log: "<ts> [boot] end 10-identity ok after 3s",
+# "<ts> [boot] FAILED 30-fsx after 0s: <reason>"; steps log "<ts> [NN-step] ...".
 STEP_LINE = re.compile(r"^\S+ \[(?P<who>[^\]]+)\] (?P<msg>.*)$")
-STEP_END = re.compile(r"(?P<step>\d\d-[\w.-]+)\W+(?P<state>ok|failed|skipped)\b.*?(?:(?P<secs>\d+(?:\.\d+)?)\s*s\b)?",
-                      re.IGNORECASE)
+STEP_END = re.compile(r"^(?:end (?P<ok>\S+) ok|FAILED (?P<failed>\S+)) after (?P<secs>\d+)s(?:: (?P<reason>.*))?$")
 WAIT_DONE = re.compile(r"done waiting after (\d+)s: (.*)")
 
 
@@ -57,6 +58,7 @@ class BootWatch:
     offset: int = 0
     steps: list[StepResult] = field(default_factory=list)
     waits: list[tuple[str, str, float]] = field(default_factory=list)  # step, what, seconds
+    skipped_in: dict = field(default_factory=dict)
     rc: int | None = None
     finished: float | None = None
 
@@ -67,27 +69,37 @@ class LocalCluster:
         self.name = name
         self.out = out
         self.watches: dict[str, BootWatch] = {}
+        self.seen_skips: set[tuple[str, str]] = set()
 
     # ---- user data -----------------------------------------------------------------
     @property
     def user_data_file(self) -> Path:
         return self.c.root / "user-data.bin"
 
+    @property
+    def payload_dir(self) -> Path:
+        return self.c.root / "payload"
+
     def render(self, nodes: int) -> profile.UserData:
-        ud = profile.render(self.name, nodes)
+        ud = profile.render(self.name, nodes, str(self.payload_dir))
         self.c.root.mkdir(parents=True, exist_ok=True)
         self.user_data_file.write_bytes(ud.raw)
+        if ud.payload is not None:
+            self.payload_dir.mkdir(exist_ok=True)
+            (self.payload_dir / f"{ud.payload[0]}.tar.gz").write_bytes(ud.payload[1])
         (self.c.root / "expected-nodes").write_text(f"{nodes}\n")
         problems = profile.parity_problems(ud)
-        self.out(f"user data: {len(ud.raw)} bytes gzip, {len(ud.files)} files in write_files; "
-                 f"{profile.PROFILE_NOTE}")
+        via = (f", {len(profile.payload_files(ud.payload[1]))} more in a {len(ud.payload[1])}-byte payload "
+               f"(file:// stand-in for S3)" if ud.payload else "")
+        self.out(f"user data: {len(ud.raw)} bytes (gzip), {len(ud.files)} files in write_files{via}, "
+                 f"{len(ud.scripts)} boot script(s)")
+        self.out(profile.PROFILE_NOTE + f"; Slurm cgroup plugin {profile.cgroup_plugin()}")
         for p in problems:
             self.out(f"  WARNING parity: {p}")
         return ud
 
-    def shipped(self) -> tuple[dict, list]:
-        files, runcmd, _ = profile.parse_user_data(self.user_data_file.read_bytes())
-        return files, runcmd
+    def shipped(self) -> tuple[dict, list, list[bytes]]:
+        return profile.parse_user_data(self.user_data_file.read_bytes())
 
     def expected_nodes(self) -> int:
         return int((self.c.root / "expected-nodes").read_text())
@@ -96,14 +108,17 @@ class LocalCluster:
     def launch(self, role: str, *, fsx: bool = True, extra: dict[str, tuple[bytes, int, str]] | None = None,
                expected: int | None = None) -> BootWatch:
         """Create a node from the kept user data and start its boot (like an ASG launch)."""
-        files, runcmd = self.shipped()
+        files, runcmd, scripts = self.shipped()
         to_write = {p: (f.content, f.permissions, f.owner) for p, f in files.items()}
+        # cloud-init keeps x-shellscript parts as files and runs them after write_files.
+        for i, script in enumerate(scripts):
+            to_write[f"{SCRIPTS_DIR}/part-{i + 1:03d}"] = (script, 0o700, "root:root")
         to_write[OVERRIDES_PATH] = (overrides_env(), 0o644, "root:root")
         to_write.update(extra or {})
         tags = {"GpuClusterName": self.name, "GpuClusterRole": role,
                 "GpuClusterNodes": str(expected or self.expected_nodes()), "GpuClusterBlock": "on-demand"}
         node = self.c.create_node(role, to_write, fsx=fsx, tags=tags, az=profile.AZ)
-        proc = self.c.start_boot(node, boot_command(runcmd))
+        proc = self.c.start_boot(node, boot_command(runcmd, len(scripts)))
         w = BootWatch(node, proc)
         self.watches[node.hostname] = w
         return w
@@ -161,15 +176,21 @@ class LocalCluster:
         wd = WAIT_DONE.search(msg)
         if wd:
             w.waits.append((who, wd.group(2), float(wd.group(1))))
-        e = STEP_END.search(msg)
-        if e and who in ("boot", "gpu-cluster-boot"):
-            secs = float(e.group("secs")) if e.group("secs") else None
-            r = StepResult(e.group("step"), e.group("state").lower(), secs)
+        e = STEP_END.match(msg) if who == "boot" else None
+        if e:
+            step = e.group("ok") or e.group("failed")
+            r = StepResult(step, "ok" if e.group("ok") else "failed", float(e.group("secs")))
             w.steps.append(r)
-            t = f"{secs:6.1f}s" if secs is not None else "       "
-            self.out(f"  {w.node.hostname:<16} {r.step:<24} {r.state:<8} {t}")
-        elif "SKIPPED" in msg or "ERROR" in msg:
-            self.out(f"  {w.node.hostname:<16}   {who}: {msg}")
+            skips = w.skipped_in.pop(step, [])
+            note = f"  {e.group('reason')}" if e.group("reason") else ""
+            new = [k for k in skips if (step, k) not in self.seen_skips]
+            self.seen_skips.update((step, k) for k in skips)
+            if new:  # each skip is said once per bring-up, by the first node that made it
+                note += "  (skipped: " + "; ".join(new) + ")"
+            self.out(f"  {w.node.hostname:<15} {step:<13} {r.state:<6} {r.seconds:4.0f}s{note}")
+        elif msg.startswith("SKIPPED: "):
+            w.skipped_in.setdefault(who, []).append(re.sub(r" \(GPU_CLUSTER_PACKAGES=preinstalled\)$", "",
+                                                           msg[len("SKIPPED: "):]))
 
     def watch(self, watches: list[BootWatch] | None = None, timeout: float = 600) -> None:
         ws = watches if watches is not None else list(self.watches.values())
@@ -214,13 +235,16 @@ class LocalCluster:
 
     def show(self) -> None:
         n = len(self.c.nodes)
+        # The hand-off step submitted the validation job the moment all nodes were idle;
+        # let it finish first so sinfo shows the nodes idle again.
+        self.validation_job()
         self.out("\n$ sinfo")
         self.out(self.ctl("sinfo").stdout.rstrip())
         self.out("")
         self.show_srun()
         self.out("\n$ sbatch (job output below)")
         self.out(self.sbatch_demo(n).rstrip())
-        self.out("\n$ first-boot validation report")
+        self.out("\n$ first-boot validation report (job submitted by the controller's 95-handoff step)")
         self.out(self.validation_report())
 
     def show_srun(self) -> None:
@@ -253,19 +277,32 @@ class LocalCluster:
     def validation_dir(self) -> Path:
         return self.c.fsx_dir / ".gpu-cluster" / self.name / "validation"
 
-    def validation_report(self, timeout: float = 180) -> str:
-        """The first-boot validation job's report (submitted by the controller's hand-off)."""
-        d = self.validation_dir()
+    def validation_job(self, timeout: float = 300) -> str | None:
+        """Wait for the first-boot validation job (submitted by the controller's hand-off) to end."""
+        record = self.validation_dir() / "first-boot.jobid"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            reports = sorted(d.rglob("*report*"), key=lambda p: p.stat().st_mtime) if d.exists() else []
-            done = [p for p in reports if p.is_file() and p.stat().st_size > 0]
-            if done:
-                latest = done[-1]
-                return f"({latest.relative_to(self.c.fsx_dir)})\n" + latest.read_text(errors="replace").rstrip()
-            time.sleep(1)
-        listing = "\n".join(str(p.relative_to(self.c.fsx_dir)) for p in d.rglob("*")) if d.exists() else "(none)"
-        return f"no validation report after {timeout:.0f}s; {d.relative_to(self.c.fsx_dir)}:\n{listing}"
+            if record.exists() and record.read_text().strip():
+                job = record.read_text().strip()
+                st = self.ctl("scontrol", "show", "job", job).stdout
+                if not st or re.search(r"JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_ME)", st):
+                    return job
+            time.sleep(0.5)
+        return None
+
+    def validation_report(self, timeout: float = 300) -> str:
+        """The first-boot validation job's human report (its Slurm output) and report.json."""
+        job = self.validation_job(timeout)
+        d = self.validation_dir()
+        if job is None:
+            return f"no finished first-boot validation job after {timeout:.0f}s (see {d})"
+        out = d / f"slurm-{job}.out"
+        text = out.read_text(errors="replace") if out.exists() else ""
+        start = text.find("gpu-cluster validation ")
+        body = text[start:] if start >= 0 else text
+        reports = sorted(d.glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+        where = f"\n(job {job}; machine-readable: {reports[-1].relative_to(self.c.fsx_dir.parent)})" if reports else ""
+        return body.rstrip() + where
 
     # ---- operations ----------------------------------------------------------------
     def replace(self, hostname: str, timeout: float = 300) -> BootWatch:
@@ -298,8 +335,10 @@ class LocalCluster:
             self.out(f"sinfo: {e}")
 
 
-def boot_command(runcmd: list) -> str:
-    """The command cloud-init's runcmd would run; the contract's entry point if none."""
+def boot_command(runcmd: list, n_scripts: int = 0) -> str:
+    """What cloud-init would run: the user data's scripts, else runcmd, else the entry point."""
+    if n_scripts:
+        return "\n".join(f"{SCRIPTS_DIR}/part-{i + 1:03d} || exit $?" for i in range(n_scripts))
     cmds = []
     for item in runcmd:
         cmds.append(shlex.join(str(a) for a in item) if isinstance(item, list) else str(item))

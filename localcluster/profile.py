@@ -16,8 +16,11 @@ from __future__ import annotations
 import base64
 import email
 import gzip
+import io
+import os
 import re
 import subprocess
+import tarfile
 from dataclasses import dataclass
 
 import yaml
@@ -79,11 +82,12 @@ class ShippedFile:
 
 @dataclass(frozen=True)
 class UserData:
-    raw: bytes                       # what EC2 gets (before base64)
-    files: dict[str, ShippedFile]    # from cloud-config write_files
-    runcmd: list                     # cloud-config runcmd, as written
-    scripts: list[bytes]             # text/x-shellscript parts, if any
+    raw: bytes                        # what EC2 gets (before base64)
+    files: dict[str, ShippedFile]     # from cloud-config write_files
+    runcmd: list                      # cloud-config runcmd, as written
+    scripts: list[bytes]              # text/x-shellscript parts, run in order after write_files
     rendered_files: dict[str, bytes]  # the renderer's own view (NodeFiles.files)
+    payload: tuple[str, bytes] | None  # (sha256, tar.gz) when the files travel outside the user data
 
 
 def _decode(entry: dict) -> bytes:
@@ -132,26 +136,49 @@ def parse_user_data(raw: bytes) -> tuple[dict[str, ShippedFile], list, list[byte
     return files, runcmd, scripts
 
 
-def render(name: str = "local", nodes: int = 2, spec: InstanceSpec | None = None) -> UserData:
-    """Render the stack's user data with the real renderer, then parse it back."""
+def payload_files(tar_gz: bytes) -> dict[str, bytes]:
+    """The files inside an S3 payload (what gpu-cluster-fetch unpacks into /)."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(tar_gz), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                out["/" + member.name.lstrip("./")] = tar.extractfile(member).read()
+    return out
+
+
+def cgroup_plugin() -> str:
+    """Slurm's cgroup plugin for this host: a v1 hierarchy needs `cgroup/v1` (FACTS 9)."""
+    return "autodetect" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "cgroup/v1"
+
+
+def render(name: str, nodes: int, payload_dir: str, spec: InstanceSpec | None = None) -> UserData:
+    """Render the stack's user data with the real renderer, then parse it back.
+
+    When the files outgrow the inline budget the renderer moves them into a payload;
+    EC2 nodes fetch it from S3, local nodes from `file://<payload_dir>/<sha256>.tar.gz`
+    (the renderer's documented local form), through the same fetch script.
+    """
     from userdata.render import FsxEndpoint, render_userdata
 
     cfg = local_config(name, nodes)
-    out = render_userdata(cfg, spec or test_instance_spec(), FsxEndpoint(dns_name=FSX_DNS, mount_name=FSX_MOUNT))
+    out = render_userdata(cfg, spec or test_instance_spec(), FsxEndpoint(dns_name=FSX_DNS, mount_name=FSX_MOUNT),
+                          payload_uri=f"file://{payload_dir}/{{sha256}}.tar.gz", cgroup_plugin=cgroup_plugin())
     files, runcmd, scripts = parse_user_data(out.user_data)
-    if out.s3_payload is not None:
-        raise RuntimeError("the rendered user data needs an S3 payload; the local cluster has no S3 stand-in")
-    return UserData(out.user_data, files, runcmd, scripts, dict(out.files))
+    return UserData(out.user_data, files, runcmd, scripts, dict(out.files), out.s3_payload)
 
 
 def parity_problems(ud: UserData) -> list[str]:
-    """Where what ships (the user data) differs from what the renderer says it wrote."""
+    """Where what ships (user data + payload) differs from what the renderer says it wrote."""
+    shipped = {p: f.content for p, f in ud.files.items()}
+    if ud.payload is not None:
+        for path, content in payload_files(ud.payload[1]).items():
+            shipped.setdefault(path, content)
     problems = []
     for path, content in sorted(ud.rendered_files.items()):
-        if path not in ud.files:
-            problems.append(f"{path}: in NodeFiles.files but not in the user data's write_files")
-        elif ud.files[path].content != content:
-            problems.append(f"{path}: user data content differs from NodeFiles.files")
-    for path in sorted(set(ud.files) - set(ud.rendered_files)):
-        problems.append(f"{path}: in the user data but not in NodeFiles.files")
+        if path not in shipped:
+            problems.append(f"{path}: in NodeFiles.files but shipped neither in write_files nor in the payload")
+        elif shipped[path] != content:
+            problems.append(f"{path}: shipped content differs from NodeFiles.files")
+    for path in sorted(set(shipped) - set(ud.rendered_files)):
+        problems.append(f"{path}: shipped but not in NodeFiles.files")
     return problems
