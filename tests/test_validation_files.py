@@ -74,7 +74,10 @@ def test_p5_job_uses_seed_launch_settings():
     gate = files["/opt/gpu-cluster/validation/gate.sh"]
     assert "readonly SWEEP=(-b 8 -e 16G -f 2 -g 1 -c 1 -n 50)" in gate
     assert "readonly IMAGE='nvcr.io#nvidia/pytorch:26.08-py3'" in gate
-    assert "/usr/local/cuda-*/efa/test-cuda-*" in gate and "cuda-13" not in gate  # discovered
+    # the nccl-tests directory is discovered (newest CUDA), never hard-coded
+    assert "CUDA_ROOT=${VALIDATION_CUDA_ROOT:-/usr/local}" in gate
+    assert '"$CUDA_ROOT/cuda-*/efa/test-cuda-*"' in gate and "sort -V | tail -n 1" in gate
+    assert "cuda-13" not in gate and "cuda-12" not in gate
     code = "\n".join(ln for ln in gate.splitlines() if not ln.lstrip().startswith("#"))
     exports = re.findall(r"--export=\"?([^\" ]*)", code)
     assert exports and all(e.startswith("ALL,") for e in exports)  # never a bare list
@@ -325,3 +328,90 @@ def test_status_command_reads_latest(tmp_path):
     assert out.returncode == 0
     assert re.match(r"gpu-cluster validation \d{8}T\d{6}Z-42: GO\n", out.stdout)
     assert "SKIPPED single" in out.stdout
+
+
+# --- the gate against fake Slurm and fake GPU tools ----------------------------------
+
+FAKE_GPU_SRUN = """#!/usr/bin/env bash
+# stands in for srun: answers from the real logs in tests/data/verdict
+case "$1" in
+  --mpi=list) printf 'MPI plugin types are...\\n\\tnone\\n\\tpmix\\n'; exit 0 ;;
+  --help) echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'; exit 0 ;;
+esac
+nodes=""; prev=""
+for a in "$@"; do
+  [ "$prev" = "-w" ] && nodes=$a
+  prev=$a
+done
+echo "srun $*" >>"$FAKE_LOG"
+case "$*" in
+  *all_reduce_perf*-e\\ 1G*) cat "$DATA/efa_p5_allreduce_16g.log" ;;
+  *_perf*)
+    if [[ ",$nodes," == *",$FAKE_BAD,"* ]]; then cat "$DATA/gcp_h100_allreduce_8g.log"
+    else cat "$DATA/efa_p5_allreduce_16g.log"; fi ;;
+  *torch_comm_bench*--op\\ all_reduce*) sed 's/found 8 nics/found 32 nics/' "$DATA/torch_allreduce_seed_reference.log" ;;
+  *torch_comm_bench*) sed 's/found 8 nics/found 32 nics/; s/all_reduce/all_to_all/; s/367.5 GB/95.0 GB/' \\
+      "$DATA/torch_allreduce_seed_reference.log" ;;
+  *fi_pingpong*10.0.0.*)
+    echo 'bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec'
+    echo '64      10k     =10k     1.2m        0.22s      5.90      10.85       0.09' ;;
+  *fi_pingpong*) sleep 1 ;;
+  *) echo "unexpected srun $*" >&2; exit 1 ;;
+esac
+"""
+FAKE_GPU_SCONTROL = """#!/usr/bin/env bash
+case "$1 $2" in
+  "show hostnames") printf 'n1\\nn2\\nn3\\nn4\\n' ;;
+  "show node") echo "NodeName=$3 Arch=x86_64 NodeAddr=10.0.0.${3#n} NodeHostName=$3" ;;
+  *) echo "scontrol $*" >>"$FAKE_LOG" ;;
+esac
+"""
+FAKE_SINFO = """#!/usr/bin/env bash
+printf 'n1 block-a,p5.48xlarge\\nn2 block-a,p5.48xlarge\\nn3 block-a,p5.48xlarge\\nn4 block-a,p5.48xlarge\\n'
+"""
+
+
+def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
+    c = ctx(fsx_root=str(tmp_path / "fsx"))
+    base = tmp_path / "opt"
+    for path, content in validation_files(c).items():
+        f = base / path.lstrip("/").replace("opt/gpu-cluster/", "", 1)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(content.replace("/opt/gpu-cluster", str(base)))
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    for name, body in (("srun", FAKE_GPU_SRUN), ("scontrol", FAKE_GPU_SCONTROL), ("sinfo", FAKE_SINFO),
+                       ("nvidia-smi", "#!/bin/sh\nexit 0\n"), ("fi_pingpong", "#!/bin/sh\nexit 0\n")):
+        (fakebin / name).write_text(body)
+        (fakebin / name).chmod(0o755)
+    for cuda in ("12.8", "13.2"):  # two CUDA builds: the newest is used
+        d = tmp_path / "usr" / f"cuda-{cuda}" / "efa" / f"test-cuda-{cuda}"
+        d.mkdir(parents=True)
+        for exe in ("all_reduce_perf", "alltoall_perf"):
+            (d / exe).write_text("")
+            (d / exe).chmod(0o755)
+    env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", SLURM_JOB_ID="7",
+               SLURM_JOB_NODELIST="n[1-4]", FAKE_BAD="n3", FAKE_LOG=str(tmp_path / "calls.log"),
+               DATA=str(DATA), VALIDATION_CUDA_ROOT=str(tmp_path / "usr"))
+    proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    root = tmp_path / "fsx" / "validation"
+    report = json.loads((root / (root / "latest").read_text().strip() / "report.json").read_text())
+    got = [(r["step"], "+".join(r["nodes"]), r["verdict"]) for r in report["steps"]]
+    assert got[:5] == [("pmix", "n1+n2+n3+n4", "GO"), ("single", "n1", "GO"), ("single", "n2", "GO"),
+                       ("single", "n3", "GO"), ("single", "n4", "GO")], proc.stdout + proc.stderr
+    host = [g for g in got if g[0] in ("all_reduce", "alltoall")]
+    assert host == [("all_reduce", "n1+n2", "GO"), ("alltoall", "n1+n2", "GO"),
+                    ("all_reduce", "n2+n3", "NO-GO"), ("alltoall", "n2+n3", "GO"),
+                    ("all_reduce", "n3+n4", "NO-GO"), ("alltoall", "n3+n4", "GO"),
+                    ("all_reduce", "n4+n1", "GO"), ("alltoall", "n4+n1", "GO")]
+    assert [g for g in got if g[0].startswith("torch")] == [
+        ("torch_all_reduce", "n1+n2", "GO"), ("torch_all_to_all", "n1+n2", "GO")]
+    assert [g for g in got if g[0] == "pingpong"] == [("pingpong", "n1+n2", "GO"), ("pingpong", "n4+n1", "GO")]
+    assert report["verdict"] == "NO-GO"
+    assert set(report["blamed_nodes"]) == {"n3"}
+    calls = (tmp_path / "calls.log").read_text()
+    assert "/cuda-13.2/efa/test-cuda-13.2/all_reduce_perf" in calls and "cuda-12.8" not in calls
+    assert "--cpus-per-task=24" in calls and "--export=ALL,LD_LIBRARY_PATH=" in calls
+    assert "scontrol update nodename=n3 state=drain reason=gpu-cluster validation: all_reduce NO-GO" in calls
+    assert "nodename=n1" not in calls and "nodename=n2" not in calls

@@ -30,6 +30,8 @@ RUN_ID="$(date -u +%Y%m%dT%H%M%SZ)-${SLURM_JOB_ID:-manual}"
 readonly RUN_ID
 readonly RUN="$RESULTS/$RUN_ID"
 readonly LOGS="$RUN/logs"
+# where the DLAMI keeps CUDA; only tests point it elsewhere
+readonly CUDA_ROOT=${VALIDATION_CUDA_ROOT:-/usr/local}
 
 log() { printf '%s validation: %s\n' "$(date -u +%FT%TZ)" "$*"; }
 report() { python3 "$LIB/validation_report.py" --config "$CONFIG" --run "$RUN" "$@"; }
@@ -53,7 +55,8 @@ run_step() {
 testdir() {
   # the DLAMI keeps one nccl-tests build per CUDA version: take the newest
   local d
-  d=$(find /usr/local -maxdepth 4 -path '/usr/local/cuda-*/efa/test-cuda-*' -type d 2>/dev/null | sort -V | tail -n 1)
+  d=$(find "$CUDA_ROOT" -maxdepth 3 -path "$CUDA_ROOT/cuda-*/efa/test-cuda-*" -type d 2>/dev/null |
+    sort -V | tail -n 1)
   [ -n "$d" ] && [ -x "$d/all_reduce_perf" ] && [ -x "$d/alltoall_perf" ] && echo "$d"
 }
 
