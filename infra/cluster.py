@@ -13,12 +13,14 @@ import pulumi
 
 from infra.config import ClusterConfig, ConfigError
 from infra.iam import NodeIdentity, NodeIdentityArgs
-from infra.launch_template import (NodeLaunchTemplate, NodeLaunchTemplateArgs, encode_user_data,
-                                   image_id, render_user_data)
+from infra.launch_template import (NodeLaunchTemplate, NodeLaunchTemplateArgs, encode_inline_user_data,
+                                   encode_user_data, image_id, needs_s3_payload, render_user_data,
+                                   require_payload)
 from infra.network import Network, NetworkArgs, check_existing_subnet
-from infra.nodes import ON_DEMAND, NodeGroupArgs, NodeGroupAsg
+from infra.nodes import ON_DEMAND, NodeGroups, NodeGroupsArgs
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
-from infra.storage import FileSystem, FileSystemArgs
+from infra.storage import (FileSystem, FileSystemArgs, PayloadBucket, PayloadBucketArgs, PayloadObject,
+                           PayloadObjectArgs)
 
 
 @dataclass
@@ -64,54 +66,56 @@ def build(cfg: ClusterConfig, region: str) -> BuildResult:
     sg = NodeSecurityGroup(name, NodeSecurityGroupArgs(cluster_name=name, vpc_id=net.vpc_id, tags=tags))
     fsx = FileSystem(name, FileSystemArgs(cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id,
                                           security_group_id=sg.security_group_id, tags=tags))
-    identity = NodeIdentity(name, NodeIdentityArgs(cluster_name=name, tags=tags))
-
     # One render for the whole cluster: the bytes do not depend on node count or block
-    # (node contract), so every template carries the same user data.
-    node_files = render_user_data(cfg, spec, fsx.dns_name, fsx.mount_name)
-    user_data_b64 = node_files.apply(encode_user_data)
+    # (node contract), so every node boots the same user data.
+    payload_arn = payload_bucket = None
+    if needs_s3_payload(cfg, spec, region):
+        bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
+        node_files = render_user_data(cfg, spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name)
+        payload = PayloadObject(name, PayloadObjectArgs(
+            bucket_name=bucket.bucket_name, s3_payload=node_files.apply(require_payload), tags=tags))
+        payload_arn = payload.object_arn
+        payload_bucket = bucket.bucket_name
+        # Tie the user data to the uploaded object: no node boots before its payload exists.
+        user_data_b64 = pulumi.Output.all(node_files, payload.key).apply(lambda v: encode_user_data(v[0]))
+    else:
+        node_files = render_user_data(cfg, spec, fsx.dns_name, fsx.mount_name)
+        user_data_b64 = node_files.apply(encode_inline_user_data)
+    identity = NodeIdentity(name, NodeIdentityArgs(cluster_name=name, payload_object_arn=payload_arn, tags=tags))
 
-    templates: dict[str, NodeLaunchTemplate] = {}
-    placements = [b for b in cfg.capacity.capacity_blocks] or [None]
-    for block in placements:
-        tname = f"block-{block.name}" if block is not None else ON_DEMAND
-        templates[tname] = NodeLaunchTemplate(f"{name}-{tname}", NodeLaunchTemplateArgs(
-            cluster_name=name, template_name=tname, spec=spec, image_id=image_id(cfg),
-            security_group_id=sg.security_group_id,
-            instance_profile_arn=identity.instance_profile_arn,
-            user_data_base64=user_data_b64, root_volume=cfg.root_volume,
-            capacity_block=block, placement_group=cfg.uses_placement_group, tags=tags))
+    lt = NodeLaunchTemplate(name, NodeLaunchTemplateArgs(
+        cluster_name=name, spec=spec, image_id=image_id(cfg),
+        security_group_id=sg.security_group_id,
+        instance_profile_arn=identity.instance_profile_arn,
+        user_data_base64=user_data_b64, root_volume=cfg.root_volume,
+        capacity_blocks=cfg.uses_capacity_blocks, placement_group=cfg.uses_placement_group, tags=tags))
 
-    groups: dict[str, NodeGroupAsg] = {}
-    for g in cfg.node_groups():
-        if g.size == 0:
-            continue  # a 1-node-per-block remainder: nothing to launch in this block
-        lt = templates[f"block-{g.block.name}" if g.block is not None else ON_DEMAND]
-        groups[g.name] = NodeGroupAsg(f"{name}-{g.name}", NodeGroupArgs(
-            cluster_name=name, group=g, total_nodes=cfg.capacity.nodes, subnet_id=net.subnet_id,
-            launch_template_id=lt.launch_template_id, launch_template_version=lt.latest_version,
-            tags=cfg.tags))
+    groups = cfg.node_groups()
+    nodes = NodeGroups(name, NodeGroupsArgs(
+        cluster_name=name, groups=groups, total_nodes=cfg.capacity.nodes, subnet_id=net.subnet_id,
+        launch_template_id=lt.launch_template_id, launch_template_version=lt.latest_version, tags=cfg.tags))
 
-    controller = groups["controller"]
-    find_cmd = controller.asg_name.apply(lambda n: controller_commands(region, n)[0])
-    ssm_cmd = controller.asg_name.apply(lambda n: controller_commands(region, n)[1])
+    controller_asg = nodes.asg_names["controller"]
+    find_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[0])
+    ssm_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[1])
     outputs: dict[str, object] = {
         "cluster_name": name,
         "region": region,
         "subnet_id": net.subnet_id,
         "security_group_id": sg.security_group_id,
-        "controller_asg_name": controller.asg_name,
+        "controller_asg_name": controller_asg,
         "controller_instance_id_command": find_cmd,
         "controller_ssm_command": ssm_cmd,
         "fsx_dns_name": fsx.dns_name,
         "fsx_mount_name": fsx.mount_name,
-        "launch_templates": {k: {"id": t.launch_template_id, "version": t.latest_version}
-                             for k, t in templates.items()},
-        "node_groups": {k: {"asg_name": g.asg_name, "role": g_cfg.role, "size": g_cfg.size,
-                            "block": g_cfg.block.name if g_cfg.block is not None else ON_DEMAND}
-                        for g_cfg in cfg.node_groups() if g_cfg.name in groups
-                        for k, g in [(g_cfg.name, groups[g_cfg.name])]},
+        "launch_template_id": lt.launch_template_id,
+        "launch_template_version": lt.latest_version,
+        "node_groups": {g.name: {"asg_name": nodes.asg_names[g.name], "role": g.role, "size": g.size,
+                                 "block": g.block.name if g.block is not None else ON_DEMAND,
+                                 "capacity_block_id": g.block.reservation_id if g.block is not None else None}
+                        for g in groups if g.name in nodes.asg_names},
         "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
         "validation_results_path": validation_results_path(name),
+        "user_data_payload_bucket": payload_bucket,
     }
     return BuildResult(outputs=outputs, node_files=node_files)

@@ -1,10 +1,15 @@
-"""Launch template: the one definition every node of a placement (block) boots from.
+"""Launch template: the one definition every node of the cluster boots from.
 
-One template per Capacity Block, because a Capacity Block launch names its reservation
-in the template (market type `capacity-block` + reservation target, FACTS 3.1); one
-template for on-demand nodes, placed in the cluster placement group. All templates
-carry the same image and the same user data, so the controller and the workers only
-differ by the `GpuClusterRole` tag their Auto Scaling group propagates.
+One template for the whole cluster. With Capacity Blocks it sets market type
+`capacity-block`, and each Auto Scaling group names its own block as the Capacity
+Reservation target (AWS Auto Scaling user guide, "Target Capacity Reservations from your
+Auto Scaling group": to consume Capacity Blocks, combine the group's Capacity
+Reservation specification with a market type on the launch template). So adding a block
+adds a group, not a template, and one template version describes every node: a
+rollout is one version number, whatever the number of blocks. On-demand nodes get the
+same template with a cluster placement group instead (Capacity Blocks take none,
+FACTS 3.2). The controller and the workers only differ by the `GpuClusterRole` tag
+their group propagates.
 
 Subnets: the interfaces carry no `subnet_id`. The Auto Scaling group places each
 instance in a subnet from its `vpc_zone_identifiers` and every interface of the
@@ -24,7 +29,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.catalog import InstanceSpec
-from infra.config import CapacityBlock, ClusterConfig, RootVolumeConfig
+from infra.config import ClusterConfig, RootVolumeConfig
 from infra.efa import interface_layout
 
 # Ubuntu DLAMI root device.
@@ -45,41 +50,72 @@ def image_id(cfg: ClusterConfig) -> str:
     return cfg.image.ami_id or f"resolve:ssm:{cfg.image.ssm_parameter}"
 
 
-def render_user_data(cfg: ClusterConfig, spec: InstanceSpec,
-                     dns_name: pulumi.Input[str], mount_name: pulumi.Input[str]) -> pulumi.Output:
+def probe_endpoint(region: str) -> "FsxEndpoint":
+    """An FSx endpoint shaped like the real one (same lengths), before FSx exists."""
+    from userdata.render import FsxEndpoint
+
+    return FsxEndpoint(dns_name=f"fs-{'0' * 17}.fsx.{region}.amazonaws.com", mount_name="x" * 8)
+
+
+def needs_s3_payload(cfg: ClusterConfig, spec: InstanceSpec, region: str) -> bool:
+    """Whether the node files outgrow inline user data, decided before any resource.
+
+    Resources may not be declared inside `apply`, so the bucket and object must be known
+    up front: render once with an endpoint of the real one's length (the DNS name and
+    mount name are the only values not known yet, and their lengths are fixed).
+    """
+    from userdata.render import render_userdata
+
+    return render_userdata(cfg, spec, probe_endpoint(region)).s3_payload is not None
+
+
+def render_user_data(cfg: ClusterConfig, spec: InstanceSpec, dns_name: pulumi.Input[str],
+                     mount_name: pulumi.Input[str], payload_bucket: pulumi.Input[str] | None = None) -> pulumi.Output:
     """Output[NodeFiles]: the pure renderer called once the FSx endpoint is known.
 
     Only a function call happens inside apply; no resource is declared there.
     """
+    from infra.storage import payload_uri_template
     from userdata.render import FsxEndpoint, render_userdata
 
     def render(values):
-        dns, mount = values
-        return render_userdata(cfg, spec, FsxEndpoint(dns_name=dns, mount_name=mount))
+        dns, mount, bucket = values
+        uri = payload_uri_template(bucket) if bucket else None
+        return render_userdata(cfg, spec, FsxEndpoint(dns_name=dns, mount_name=mount), uri)
 
-    return pulumi.Output.all(dns_name, mount_name).apply(render)
+    return pulumi.Output.all(dns_name, mount_name, payload_bucket).apply(render)
 
 
 def encode_user_data(node_files) -> str:
     """Base64 of the exact bytes: LaunchTemplate.user_data is not encoded by the provider."""
-    if node_files.s3_payload is not None:
-        raise RuntimeError(
-            "the rendered node files need an S3 payload, which this program does not create yet; "
-            "shrink the rendered files below the inline user-data budget")
     return base64.b64encode(node_files.user_data).decode("ascii")
+
+
+def encode_inline_user_data(node_files) -> str:
+    """As encode_user_data, for a render planned without a payload (see needs_s3_payload)."""
+    if node_files.s3_payload is not None:
+        # Only when the real FSx endpoint renders larger than the probe, at the budget edge.
+        raise RuntimeError("the node files outgrew the inline user data after all; run `pulumi up` again")
+    return encode_user_data(node_files)
+
+
+def require_payload(node_files):
+    if node_files.s3_payload is None:
+        # Only when the real endpoint renders smaller than the probe crossed the budget.
+        raise RuntimeError("the node files fit inline after all; run `pulumi up` again")
+    return node_files.s3_payload
 
 
 @dataclass
 class NodeLaunchTemplateArgs:
     cluster_name: str
-    template_name: str  # e.g. "block-a" or "on-demand": part of the AWS name
     spec: InstanceSpec
     image_id: str
     security_group_id: pulumi.Input[str]
     instance_profile_arn: pulumi.Input[str]
     user_data_base64: pulumi.Input[str]
     root_volume: RootVolumeConfig
-    capacity_block: CapacityBlock | None = None
+    capacity_blocks: bool = False  # market type capacity-block; the groups name the blocks
     placement_group: bool = False
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -106,18 +142,14 @@ class NodeLaunchTemplate(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-cluster:index:NodeLaunchTemplate", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        block = args.capacity_block
-        if block is not None and args.placement_group:
+        if args.capacity_blocks and args.placement_group:
             # Capacity Blocks are co-located already and do not take one (FACTS 3.2).
             raise ValueError("a Capacity Block launch template takes no placement group")
 
-        market = capacity = placement = None
+        market = placement = None
         self.placement_group_name: pulumi.Output[str] | None = None
-        if block is not None:
+        if args.capacity_blocks:
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
-            capacity = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
-                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_id=block.reservation_id))
         elif args.placement_group:
             pg = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster",
                                         tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=child)
@@ -126,8 +158,8 @@ class NodeLaunchTemplate(pulumi.ComponentResource):
 
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            name=f"gpu-cluster-{args.cluster_name}-{args.template_name}",
-            description=f"gpu-cluster {args.cluster_name} {args.spec.name} nodes ({args.template_name})",
+            name=f"gpu-cluster-{args.cluster_name}",
+            description=f"gpu-cluster {args.cluster_name} {args.spec.name} nodes",
             image_id=args.image_id,
             instance_type=args.spec.name,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
@@ -143,7 +175,6 @@ class NodeLaunchTemplate(pulumi.ComponentResource):
                     iops=args.root_volume.iops, throughput=args.root_volume.throughput_mibps,
                     encrypted="true", delete_on_termination="true"))],
             instance_market_options=market,
-            capacity_reservation_specification=capacity,
             placement=placement,
             user_data=args.user_data_base64,
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=args.tags)

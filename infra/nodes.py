@@ -1,11 +1,12 @@
 """Node groups: one Auto Scaling group per `ClusterConfig.node_groups()` entry.
 
 Why Auto Scaling groups rather than one `aws.ec2.Instance` per node:
-  - the number of resources is independent of the node count (a 1024-node cluster is
-    17 groups), so stack evaluation time does not grow with nodes;
+  - the number of resources is independent of the node count (1024 nodes in
+    16 blocks are 17 groups and one launch template), so evaluation does not grow with nodes;
   - a terminated or EC2-unhealthy instance is replaced automatically from the same
     launch template, and needs no edit to join (identity comes from IMDS tags);
-  - ASGs are the documented way to launch into a Capacity Block (FACTS 3.1, [ASG-CB]).
+  - ASGs are the documented way to launch into a Capacity Block (FACTS 3.1, [ASG-CB]);
+    one group per block, because a group targets one block.
 
 The group pins the template's latest version number (Capacity Block groups must pin one,
 [ASG-CB]). A new template version therefore changes only the version the group launches
@@ -47,9 +48,9 @@ def instance_tags(cluster_name: str, group: NodeGroup, total_nodes: int,
 
 
 @dataclass
-class NodeGroupArgs:
+class NodeGroupsArgs:
     cluster_name: str
-    group: NodeGroup
+    groups: list[NodeGroup]
     total_nodes: int
     subnet_id: pulumi.Input[str]
     launch_template_id: pulumi.Input[str]
@@ -57,30 +58,42 @@ class NodeGroupArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-class NodeGroupAsg(pulumi.ComponentResource):
-    """Outputs: asg_name."""
+def _pinned(version) -> str:
+    return str(int(version))
 
-    asg_name: pulumi.Output[str]
 
-    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:NodeGroup", name, None, opts)
-        g = args.group
+class NodeGroups(pulumi.ComponentResource):
+    """One Auto Scaling group per node group. Outputs: asg_names (group name -> ASG name).
+
+    Groups of size 0 (a first block that only holds the controller) get no ASG.
+    """
+
+    asg_names: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-cluster:index:NodeGroups", name, None, opts)
+        version = pulumi.Output.from_input(args.launch_template_version).apply(_pinned)
+        self.asg_names = {}
+        for g in args.groups:
+            if g.size > 0:
+                self.asg_names[g.name] = self._group(name, args, g, version).name
+        self.register_outputs({"asg_names": self.asg_names})
+
+    def _group(self, name: str, args: NodeGroupsArgs, g: NodeGroup, version: pulumi.Output[str]):
         capacity = None
         if g.block is not None:
-            # Launch only into this group's block (the template names it too).
+            # The launch template says "capacity-block"; the group names the block.
             capacity = aws.autoscaling.GroupCapacityReservationSpecificationArgs(
                 capacity_reservation_preference="capacity-reservations-only",
                 capacity_reservation_target=aws.autoscaling.GroupCapacityReservationSpecificationCapacityReservationTargetArgs(
                     capacity_reservation_ids=[g.block.reservation_id]))
         tags = instance_tags(args.cluster_name, g, args.total_nodes, args.tags)
-        asg = aws.autoscaling.Group(
-            f"{name}-asg",
+        return aws.autoscaling.Group(
+            f"{name}-{g.name}",
             name=asg_name(args.cluster_name, g.name),
             min_size=g.size, max_size=g.size, desired_capacity=g.size,
             vpc_zone_identifiers=[args.subnet_id],
-            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(
-                id=args.launch_template_id,
-                version=pulumi.Output.from_input(args.launch_template_version).apply(lambda v: str(int(v)))),
+            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=args.launch_template_id, version=version),
             capacity_reservation_specification=capacity,
             # EC2 status checks: a stopped, impaired or reclaimed instance is replaced.
             health_check_type="EC2",
@@ -92,5 +105,3 @@ class NodeGroupAsg(pulumi.ComponentResource):
                   for k, v in sorted(tags.items())],
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.asg_name = asg.name
-        self.register_outputs({"asg_name": asg.name})

@@ -9,7 +9,10 @@ deterministic mocks and writes:
   DIR/plan.json                       every resource (type, name, urn, inputs as the engine
                                       sees them: camelCase) and the resolved stack outputs
   DIR/userdata/<name>/user-data       exact bytes handed to EC2 before base64
-  DIR/userdata/<name>/files/<path>    every file that user data writes on the node
+  DIR/userdata/<name>/files/<path>    every file that user data writes on the node (inline
+                                      or through the S3 payload)
+  DIR/userdata/<name>/payload.tar.gz  the S3 payload, when the files outgrew inline user data
+                                      (plan.json shows the object's contentBase64 as a summary)
   DIR/userdata/index.json             launch template -> user-data directory
 All templates share one user data today, so <name> is `node`; if templates ever
 diverge, each distinct user data gets the launch template's name.
@@ -104,6 +107,10 @@ class PlanMocks(_mocks_base()):
         elif typ == "aws:autoscaling/group:Group":
             rid = state.get("name") or name
             state["arn"] = f"arn:aws:autoscaling:{self.region}:123456789012:autoScalingGroup:{_hex(name, 8)}:autoScalingGroupName/{rid}"
+        elif typ == "aws:s3/bucket:Bucket":
+            bucket = state.get("bucket") or f"{state.get('bucketPrefix', name + '-')}{_hex(name, 12)}"
+            rid = bucket
+            state.update(bucket=bucket, arn=f"arn:aws:s3:::{bucket}")
         elif typ == "aws:ec2/placementGroup:PlacementGroup":
             state.setdefault("name", f"{name}-{_hex(name, 7)}")
         else:
@@ -219,7 +226,12 @@ def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) 
 
     resources = []
     for r in mocks.resources:
-        resources.append({**r, "urn": urns.get(f"{r['name']}|{r['type']}")})
+        r = {**r, "urn": urns.get(f"{r['name']}|{r['type']}")}
+        if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2" and "contentBase64" in r["inputs"]:
+            body = base64.b64decode(r["inputs"]["contentBase64"])
+            summary = f"<{len(body)} bytes, sha256 {hashlib.sha256(body).hexdigest()}: see userdata/*/payload.tar.gz>"
+            r["inputs"] = {**r["inputs"], "contentBase64": summary}
+        resources.append(r)
     resources.sort(key=lambda r: (r["urn"] or "", r["type"], r["name"]))
     plan = {"stack": stack, "region": region, "resources": resources, "outputs": outputs}
 
@@ -239,6 +251,8 @@ def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) 
         target.mkdir(parents=True, exist_ok=True)
         (target / "user-data").write_bytes(data)
         if data == node_files.user_data:
+            if node_files.s3_payload is not None:
+                (target / "payload.tar.gz").write_bytes(node_files.s3_payload[1])
             for path, content in sorted(node_files.files.items()):
                 dest = target / "files" / path.lstrip("/")
                 dest.parent.mkdir(parents=True, exist_ok=True)

@@ -8,25 +8,25 @@ import pulumi
 import pytest
 
 from infra.catalog import CATALOG
-from infra.config import CapacityBlock, RootVolumeConfig, parse_config
-from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id, render_user_data
+from infra.config import RootVolumeConfig, parse_config
+from infra.launch_template import (NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id, needs_s3_payload,
+                                   probe_endpoint, render_user_data)
 from tests.mocks import run_component, valid_raw
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 PG = "aws:ec2/placementGroup:PlacementGroup"
 TAGS = {"GpuClusterName": "c1", "team": "ml"}
-BLOCK = CapacityBlock(name="a", reservation_id="cr-0123456789abcdef0", instance_count=2, availability_zone="us-east-2b")
 USER_DATA = base64.b64encode(b"#!/bin/sh\n").decode()
 
 
-def _run(instance_type="p5.48xlarge", block=BLOCK, placement_group=False, template_name="block-a"):
+def _run(instance_type="p5.48xlarge", capacity_blocks=True, placement_group=False):
     def program():
-        lt = NodeLaunchTemplate(f"c1-{template_name}", NodeLaunchTemplateArgs(
-            cluster_name="c1", template_name=template_name, spec=CATALOG[instance_type],
+        lt = NodeLaunchTemplate("c1", NodeLaunchTemplateArgs(
+            cluster_name="c1", spec=CATALOG[instance_type],
             image_id="resolve:ssm:/aws/service/x", security_group_id="sg-0abc",
             instance_profile_arn="arn:aws:iam::123456789012:instance-profile/p",
             user_data_base64=USER_DATA, root_volume=RootVolumeConfig(size_gib=700),
-            capacity_block=block, placement_group=placement_group, tags=TAGS))
+            capacity_blocks=capacity_blocks, placement_group=placement_group, tags=TAGS))
         return pulumi.Output.all(lt.launch_template_id, lt.latest_version)
     return run_component(program)
 
@@ -37,10 +37,10 @@ def block_lt():
 
 
 def test_children_and_names(block_lt):
-    assert block_lt.custom() == [(LT, "c1-block-a-lt")]
-    assert block_lt.parent_type(LT, "c1-block-a-lt") == "gpu-cluster:index:NodeLaunchTemplate"
-    lt = block_lt.inputs(LT, "c1-block-a-lt")
-    assert lt["name"] == "gpu-cluster-c1-block-a"
+    assert block_lt.custom() == [(LT, "c1-lt")]
+    assert block_lt.parent_type(LT, "c1-lt") == "gpu-cluster:index:NodeLaunchTemplate"
+    lt = block_lt.inputs(LT, "c1-lt")
+    assert lt["name"] == "gpu-cluster-c1"
     assert lt["instanceType"] == "p5.48xlarge"
     assert lt["imageId"] == "resolve:ssm:/aws/service/x"
     assert lt["updateDefaultVersion"] is True
@@ -48,7 +48,7 @@ def test_children_and_names(block_lt):
 
 
 def test_p5_interfaces(block_lt):
-    nis = block_lt.inputs(LT, "c1-block-a-lt")["networkInterfaces"]
+    nis = block_lt.inputs(LT, "c1-lt")["networkInterfaces"]
     assert len(nis) == 33
     assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nis] == (
         [(0, 0, "interface"), (0, 1, "efa-only")] + [(c, 0, "efa-only") for c in range(1, 32)])
@@ -60,13 +60,13 @@ def test_p5_interfaces(block_lt):
 
 
 def test_no_instance_level_groups_or_ssh_key(block_lt):
-    lt = block_lt.inputs(LT, "c1-block-a-lt")
+    lt = block_lt.inputs(LT, "c1-lt")
     assert "vpcSecurityGroupIds" not in lt and "securityGroupNames" not in lt
     assert "keyName" not in lt
 
 
 def test_metadata_volume_profile_user_data(block_lt):
-    lt = block_lt.inputs(LT, "c1-block-a-lt")
+    lt = block_lt.inputs(LT, "c1-lt")
     assert lt["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
                                      "httpPutResponseHopLimit": 2, "instanceMetadataTags": "enabled"}
     assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/sda1", "ebs": {
@@ -78,22 +78,23 @@ def test_metadata_volume_profile_user_data(block_lt):
                                        for t in ("instance", "volume", "network-interface")]
 
 
-def test_capacity_block_market_and_target(block_lt):
-    lt = block_lt.inputs(LT, "c1-block-a-lt")
+def test_capacity_block_market_type(block_lt):
+    """The template says capacity-block; each Auto Scaling group names its block."""
+    lt = block_lt.inputs(LT, "c1-lt")
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
-    assert lt["capacityReservationSpecification"] == {
-        "capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}}
+    assert "capacityReservationSpecification" not in lt
     assert "placement" not in lt
 
 
 def test_on_demand_uses_cluster_placement_group():
-    run = _run(block=None, placement_group=True, template_name="on-demand")
-    assert run.custom() == [(LT, "c1-on-demand-lt"), (PG, "c1-on-demand-pg")]
-    pg = run.inputs(PG, "c1-on-demand-pg")
+    run = _run(capacity_blocks=False, placement_group=True)
+    assert run.custom() == [(LT, "c1-lt"), (PG, "c1-pg")]
+    pg = run.inputs(PG, "c1-pg")
     assert pg["strategy"] == "cluster"
-    lt = run.inputs(LT, "c1-on-demand-lt")
+    assert pg["tags"] == {**TAGS, "Name": "c1-nodes"}
+    lt = run.inputs(LT, "c1-lt")
     assert "instanceMarketOptions" not in lt and "capacityReservationSpecification" not in lt
-    assert lt["placement"]["groupName"].startswith("c1-on-demand-pg")
+    assert lt["placement"]["groupName"].startswith("c1-pg")
 
 
 def test_block_with_placement_group_is_refused():
@@ -105,7 +106,7 @@ def test_block_with_placement_group_is_refused():
     ("p4d.24xlarge", 5), ("p4de.24xlarge", 5), ("p5.48xlarge", 33),
     ("p5e.48xlarge", 33), ("p5en.48xlarge", 17), ("p6-b200.48xlarge", 9)])
 def test_every_catalog_type_declares_its_layout(instance_type, total):
-    nis = _run(instance_type).inputs(LT, "c1-block-a-lt")["networkInterfaces"]
+    nis = _run(instance_type).inputs(LT, "c1-lt")["networkInterfaces"]
     assert len(nis) == total
     assert nis[0]["interfaceType"] == "interface" and (nis[0]["networkCardIndex"], nis[0]["deviceIndex"]) == (0, 0)
     assert [n["networkCardIndex"] for n in nis[1:]] == [0] + list(range(1, total - 1))
@@ -120,8 +121,23 @@ def test_image_id_default_and_explicit():
     assert image_id(parse_config(raw)) == "ami-0123456789abcdef0"
 
 
-def test_user_data_rendered_from_fsx_endpoint():
-    cfg = parse_config(valid_raw())
-    run = run_component(lambda: render_user_data(cfg, cfg.spec, pulumi.Output.from_input("fs-1.fsx"), "mnt1"))
+def test_user_data_rendered_from_fsx_endpoint_and_payload_bucket():
     from userdata.render import FsxEndpoint, render_userdata
-    assert run.value.user_data == render_userdata(cfg, cfg.spec, FsxEndpoint("fs-1.fsx", "mnt1")).user_data
+
+    cfg = parse_config(valid_raw())
+    run = run_component(lambda: render_user_data(cfg, cfg.spec, pulumi.Output.from_input("fs-1.fsx"), "mnt1",
+                                                 pulumi.Output.from_input("bucket-1")))
+    want = render_userdata(cfg, cfg.spec, FsxEndpoint("fs-1.fsx", "mnt1"), "s3://bucket-1/payload/{sha256}.tar.gz")
+    assert run.value.user_data == want.user_data
+    assert run.value.s3_payload == want.s3_payload
+
+
+def test_payload_decision_matches_the_real_render():
+    """The probe endpoint has the real endpoint's lengths, so it decides like the real render."""
+    from userdata.render import FsxEndpoint, render_userdata
+
+    cfg = parse_config(valid_raw())
+    real = FsxEndpoint("fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com", "abcdefgh")
+    probe = probe_endpoint("us-east-2")
+    assert (len(probe.dns_name), len(probe.mount_name)) == (len(real.dns_name), len(real.mount_name))
+    assert needs_s3_payload(cfg, cfg.spec, "us-east-2") == (render_userdata(cfg, cfg.spec, real).s3_payload is not None)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import gzip
+import json
 
 import pulumi
 import pytest
@@ -29,14 +31,18 @@ def prod():
 
 def test_dev_resources(dev):
     assert dev.custom() == [
-        ("aws:autoscaling/group:Group", "dev-block-a-asg"),
-        ("aws:autoscaling/group:Group", "dev-controller-asg"),
-        ("aws:ec2/launchTemplate:LaunchTemplate", "dev-block-a-lt"),
+        ("aws:autoscaling/group:Group", "dev-block-a"),
+        ("aws:autoscaling/group:Group", "dev-controller"),
+        ("aws:ec2/launchTemplate:LaunchTemplate", "dev-lt"),
         ("aws:ec2/securityGroup:SecurityGroup", "dev-sg"),
         ("aws:fsx/lustreFileSystem:LustreFileSystem", "dev-lustre"),
         ("aws:iam/instanceProfile:InstanceProfile", "dev-profile"),
         ("aws:iam/role:Role", "dev-role"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-payload"),
         ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "dev-ssm"),
+        ("aws:s3/bucket:Bucket", "dev-payload"),
+        ("aws:s3/bucketObjectv2:BucketObjectv2", "dev-payload"),
+        ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "dev-payload"),
         ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-internet-tcp443"),
         ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-internet-tcp80"),
         ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-self-out"),
@@ -45,9 +51,9 @@ def test_dev_resources(dev):
     components = sorted((r["type"], r["name"]) for r in dev.resources if not r["custom"])
     assert components == [
         ("gpu-cluster:index:FileSystem", "dev"), ("gpu-cluster:index:Network", "dev"),
-        ("gpu-cluster:index:NodeGroup", "dev-block-a"), ("gpu-cluster:index:NodeGroup", "dev-controller"),
-        ("gpu-cluster:index:NodeIdentity", "dev"), ("gpu-cluster:index:NodeLaunchTemplate", "dev-block-a"),
-        ("gpu-cluster:index:NodeSecurityGroup", "dev")]
+        ("gpu-cluster:index:NodeGroups", "dev"), ("gpu-cluster:index:NodeIdentity", "dev"),
+        ("gpu-cluster:index:NodeLaunchTemplate", "dev"), ("gpu-cluster:index:NodeSecurityGroup", "dev"),
+        ("gpu-cluster:index:PayloadBucket", "dev"), ("gpu-cluster:index:PayloadObject", "dev")]
 
 
 def test_dev_wiring(dev):
@@ -56,15 +62,14 @@ def test_dev_wiring(dev):
     assert dev.inputs(SG, "dev-sg")["vpcId"] == "vpc-0a1b2c3d4e5f60718"  # from the subnet lookup
     fs = dev.inputs(FS, "dev-lustre")
     assert fs["deploymentType"] == "PERSISTENT_2" and fs["subnetIds"] == subnet and fs["securityGroupIds"] == [sg_id]
-    lt = dev.inputs(LT, "dev-block-a-lt")
+    lt = dev.inputs(LT, "dev-lt")
     assert len(lt["networkInterfaces"]) == 33
     assert {n["securityGroups"][0] for n in lt["networkInterfaces"]} == {sg_id}
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
-    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0123456789abcdef0"
     assert lt["iamInstanceProfile"]["arn"].startswith("arn:aws:iam::123456789012:instance-profile/dev-profile")
-    for name, role, size in (("dev-controller-asg", "controller", 1), ("dev-block-a-asg", "worker", 1)):
+    for name, role, size in (("dev-controller", "controller", 1), ("dev-block-a", "worker", 1)):
         asg = dev.inputs(ASG, name)
-        assert asg["launchTemplate"] == {"id": dev.value["launch_templates"]["block-a"]["id"], "version": "1"}
+        assert asg["launchTemplate"] == {"id": dev.value["launch_template_id"], "version": "1"}
         assert asg["vpcZoneIdentifiers"] == [subnet]
         assert asg["capacityReservationSpecification"]["capacityReservationTarget"] == {
             "capacityReservationIds": ["cr-0123456789abcdef0"]}
@@ -74,9 +79,23 @@ def test_dev_wiring(dev):
 
 
 def test_dev_user_data_is_the_rendered_bytes(dev):
-    lt = dev.inputs(LT, "dev-block-a-lt")
+    lt = dev.inputs(LT, "dev-lt")
     assert base64.b64decode(lt["userData"]) == dev.node_files.user_data
     assert len(dev.node_files.user_data) <= 16 * 1024  # EC2 limit before base64 (FACTS 5)
+
+
+def test_dev_payload_object_and_its_only_reader(dev):
+    """The node files outgrow inline user data: one object, readable by the node role only."""
+    sha, tar = dev.node_files.s3_payload
+    bucket = dev.value["user_data_payload_bucket"]
+    obj = dev.inputs("aws:s3/bucketObjectv2:BucketObjectv2", "dev-payload")
+    assert obj["bucket"] == bucket and obj["key"] == f"payload/{sha}.tar.gz"
+    assert base64.b64decode(obj["contentBase64"]) == tar
+    policy = json.loads(dev.inputs("aws:iam/rolePolicy:RolePolicy", "dev-payload")["policy"])
+    assert policy["Statement"] == [{"Action": "s3:GetObject", "Effect": "Allow",
+                                    "Resource": f"arn:aws:s3:::{bucket}/payload/{sha}.tar.gz"}]
+    boot = gzip.decompress(dev.node_files.user_data)
+    assert f"s3://{bucket}/payload/{sha}.tar.gz".encode() in boot
 
 
 def test_dev_outputs(dev):
@@ -90,35 +109,35 @@ def test_dev_outputs(dev):
         f"aws ssm start-session --region us-east-2 --target $({out['controller_instance_id_command']})")
     assert out["fsx_dns_name"] == "fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com"
     assert out["fsx_mount_name"] == "abcdefgh"
-    assert out["launch_templates"]["block-a"]["version"] == 1
+    assert out["launch_template_id"].startswith("lt-") and out["launch_template_version"] == 1
     assert sorted(out["node_groups"]) == ["block-a", "controller"]
     assert out["node_groups"]["controller"] == {"asg_name": "gpu-cluster-dev-controller", "role": "controller",
-                                                "size": 1, "block": "a"}
+                                                "size": 1, "block": "a", "capacity_block_id": "cr-0123456789abcdef0"}
     assert out["capacity_block_ids"] == ["cr-0123456789abcdef0"]
     assert out["validation_results_path"] == "/fsx/.gpu-cluster/dev/validation/"
 
 
 def test_prod_resources(prod):
     custom = prod.custom()
-    assert [n for t, n in custom if t == LT] == ["prod-block-a-lt", "prod-block-b-lt"]
-    assert [n for t, n in custom if t == ASG] == ["prod-block-a-asg", "prod-block-b-asg", "prod-controller-asg"]
+    assert [n for t, n in custom if t == LT] == ["prod-lt"]
+    assert [n for t, n in custom if t == ASG] == ["prod-block-a", "prod-block-b", "prod-controller"]
     assert ("aws:ec2/natGateway:NatGateway", "prod-nat") in custom
     assert ("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "prod-s3") in custom
-    assert len(custom) == 27  # 12 network, 5 security group, 2 FSx, 3 IAM, 2 templates, 3 groups
+    # 12 network, 5 security group, 2 FSx, 3 payload, 4 IAM, 1 template, 3 groups
+    assert len(custom) == 30
 
 
 def test_prod_blocks_and_sizes(prod):
-    lts = {n: prod.inputs(LT, f"prod-{n}-lt") for n in ("block-a", "block-b")}
-    assert lts["block-a"]["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0aaaaaaaaaaaaaaa1"
-    assert lts["block-b"]["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0bbbbbbbbbbbbbbb2"
-    assert all(len(lt["networkInterfaces"]) == 17 for lt in lts.values())  # p5en: 16 cards
-    assert lts["block-a"]["userData"] == lts["block-b"]["userData"]
-    assert lts["block-a"]["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 1024
-    sizes = {n: prod.inputs(ASG, f"prod-{n}-asg") for n in ("controller", "block-a", "block-b")}
+    lt = prod.inputs(LT, "prod-lt")
+    assert len(lt["networkInterfaces"]) == 17  # p5en: 16 cards
+    assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert lt["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 1024
+    sizes = {n: prod.inputs(ASG, f"prod-{n}") for n in ("controller", "block-a", "block-b")}
     assert {n: a["desiredCapacity"] for n, a in sizes.items()} == {"controller": 1, "block-a": 7, "block-b": 8}
-    assert sizes["controller"]["launchTemplate"]["id"] == sizes["block-a"]["launchTemplate"]["id"]
-    assert sizes["block-b"]["capacityReservationSpecification"]["capacityReservationTarget"] == {
-        "capacityReservationIds": ["cr-0bbbbbbbbbbbbbbb2"]}
+    assert {a["launchTemplate"]["id"] for a in sizes.values()} == {prod.value["launch_template_id"]}
+    assert {n: a["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"]
+            for n, a in sizes.items()} == {"controller": ["cr-0aaaaaaaaaaaaaaa1"], "block-a": ["cr-0aaaaaaaaaaaaaaa1"],
+                                           "block-b": ["cr-0bbbbbbbbbbbbbbb2"]}
     private = prod.inputs("aws:ec2/subnet:Subnet", "prod-private")
     assert prod.value["subnet_id"] in {a["vpcZoneIdentifiers"][0] for a in sizes.values()}
     assert private["availabilityZone"] == "us-east-1a"
@@ -131,11 +150,11 @@ def test_on_demand_program():
     raw["capacity"] = {"nodes": 4}
     run = run_program(raw, region)
     assert [n for t, n in run.custom() if t in (LT, ASG, "aws:ec2/placementGroup:PlacementGroup")] == [
-        "dev-controller-asg", "dev-workers-asg", "dev-on-demand-lt", "dev-on-demand-pg"]
-    lt = run.inputs(LT, "dev-on-demand-lt")
-    assert "instanceMarketOptions" not in lt and lt["placement"]["groupName"]
-    assert run.inputs(ASG, "dev-workers-asg")["desiredCapacity"] == 3
-    assert run.value["launch_templates"].keys() == {"on-demand"}
+        "dev-controller", "dev-workers", "dev-lt", "dev-pg"]
+    lt = run.inputs(LT, "dev-lt")
+    assert "instanceMarketOptions" not in lt and lt["placement"]["groupName"].startswith("dev-pg")
+    workers = run.inputs(ASG, "dev-workers")
+    assert workers["desiredCapacity"] == 3 and "capacityReservationSpecification" not in workers
     assert run.value["capacity_block_ids"] == []
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -35,9 +38,9 @@ def rendered(tmp_path_factory):
 def test_plan_contents(rendered):
     plan = json.loads((rendered / "plan.json").read_text())
     by = {(r["type"], r["name"]): r for r in plan["resources"]}
-    lt = by[("aws:ec2/launchTemplate:LaunchTemplate", "dev-block-a-lt")]
+    lt = by[("aws:ec2/launchTemplate:LaunchTemplate", "dev-lt")]
     assert lt["urn"] == ("urn:pulumi:dev::gpu-cluster::gpu-cluster:index:NodeLaunchTemplate"
-                         "$aws:ec2/launchTemplate:LaunchTemplate::dev-block-a-lt")
+                         "$aws:ec2/launchTemplate:LaunchTemplate::dev-lt")
     nis = lt["inputs"]["networkInterfaces"]
     assert len(nis) == 33 and nis[1] == {"deleteOnTermination": "true", "deviceIndex": 1, "interfaceType": "efa-only",
                                          "networkCardIndex": 0, "securityGroups": [plan["outputs"]["security_group_id"]]}
@@ -47,9 +50,10 @@ def test_plan_contents(rendered):
         assert rule["referencedSecurityGroupId"] == rule["securityGroupId"] and rule["ipProtocol"] == "-1"
     fs = by[("aws:fsx/lustreFileSystem:LustreFileSystem", "dev-lustre")]["inputs"]
     assert fs["deploymentType"] == "PERSISTENT_2" and fs["subnetIds"] == "subnet-0a1b2c3d4e5f60718"
-    asg = by[("aws:autoscaling/group:Group", "dev-block-a-asg")]["inputs"]
-    assert asg["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"] == [
-        "cr-0123456789abcdef0"]
+    for group in ("dev-block-a", "dev-controller"):
+        asg = by[("aws:autoscaling/group:Group", group)]["inputs"]
+        assert asg["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"] == [
+            "cr-0123456789abcdef0"]
     assert lt["inputs"]["instanceMarketOptions"]["marketType"] == "capacity-block"
     assert plan["outputs"]["fsx_mount_name"] == "abcdefgh"
 
@@ -59,10 +63,18 @@ def test_user_data_files(rendered):
     lt = next(r for r in plan["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
     data = (rendered / "userdata" / "node" / "user-data").read_bytes()
     assert data == base64.b64decode(lt["inputs"]["userData"])
-    assert json.loads((rendered / "userdata" / "index.json").read_text()) == {"dev-block-a-lt": "node"}
+    assert json.loads((rendered / "userdata" / "index.json").read_text()) == {"dev-lt": "node"}
     files = rendered / "userdata" / "node" / "files"
-    assert (files / "etc" / "gpu-cluster" / "cluster.env").is_file()
     assert b"fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com" in (files / "etc" / "gpu-cluster" / "cluster.env").read_bytes()
+    assert (files / "opt" / "gpu-cluster" / "bin" / "gpu-cluster-boot").is_file()
+    # The files that ship through S3 are the payload's content, byte for byte.
+    payload = (rendered / "userdata" / "node" / "payload.tar.gz").read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+        for member in tar.getmembers():
+            assert tar.extractfile(member).read() == (files / member.name).read_bytes()
+    obj = next(r for r in plan["resources"] if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2")
+    assert obj["inputs"]["contentBase64"] == (f"<{len(payload)} bytes, sha256 {hashlib.sha256(payload).hexdigest()}: "
+                                             "see userdata/*/payload.tar.gz>")
 
 
 def test_byte_stable(rendered, tmp_path):
@@ -76,9 +88,9 @@ def test_set_overrides(tmp_path):
                    "--set", "instance_type=p6-b200.48xlarge")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
-    asg = next(r for r in plan["resources"] if r["name"] == "dev-block-a-asg")
+    asg = next(r for r in plan["resources"] if r["name"] == "dev-block-a")
     assert asg["inputs"]["desiredCapacity"] == 3
-    lt = next(r for r in plan["resources"] if r["name"] == "dev-block-a-lt")
+    lt = next(r for r in plan["resources"] if r["name"] == "dev-lt")
     assert len(lt["inputs"]["networkInterfaces"]) == 9
 
 
