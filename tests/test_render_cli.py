@@ -13,14 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from infra.render import apply_override
+from infra.render import apply_override, main
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _render(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI as users run it, in a fresh process."""
     return subprocess.run([sys.executable, "-m", "infra.render", "--stack", "dev", "--out", str(out), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def _render_here(out: Path, *args: str) -> int:
+    """The same entry point in this process (fast; used where a fresh process adds nothing)."""
+    return main(["--stack", "dev", "--out", str(out), *args])
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -78,15 +84,13 @@ def test_user_data_files(rendered):
 
 
 def test_byte_stable(rendered, tmp_path):
-    proc = _render(tmp_path / "b")
-    assert proc.returncode == 0, proc.stderr
+    assert _render_here(tmp_path / "b") == 0
     assert _tree(tmp_path / "b") == _tree(rendered)
 
 
 def test_set_overrides(tmp_path):
-    proc = _render(tmp_path, "--set", "capacity.capacity_blocks.0.instance_count=4", "--set", "capacity.nodes=4",
-                   "--set", "instance_type=p6-b200.48xlarge")
-    assert proc.returncode == 0, proc.stderr
+    assert _render_here(tmp_path, "--set", "capacity.capacity_blocks.0.instance_count=4", "--set", "capacity.nodes=4",
+                        "--set", "instance_type=p6-b200.48xlarge") == 0
     plan = json.loads((tmp_path / "plan.json").read_text())
     asg = next(r for r in plan["resources"] if r["name"] == "dev-block-a")
     assert asg["inputs"]["desiredCapacity"] == 3
@@ -106,10 +110,9 @@ def test_bad_config_exits_with_path_lines(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "plan.json").exists()
 
 
-def test_unknown_key_exits_with_path_line(tmp_path):
-    proc = _render(tmp_path, "--set", "fsx.sise=1")
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines()[0].startswith("gpu-cluster:cluster.fsx.sise: unknown key")
+def test_unknown_key_exits_with_path_line(tmp_path, capsys):
+    assert _render_here(tmp_path, "--set", "fsx.sise=1") == 2
+    assert capsys.readouterr().err.splitlines()[0].startswith("gpu-cluster:cluster.fsx.sise: unknown key")
 
 
 @pytest.mark.parametrize("assignment,expected", [
