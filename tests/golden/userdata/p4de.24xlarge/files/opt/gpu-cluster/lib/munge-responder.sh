@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR/..
+# munge key responder: runs on every node that holds the cluster's munge key (systemd
+# unit gpu-cluster-munge-responder, or a background process in direct mode) and
+# answers join requests on /fsx (see munge-join.sh). The controller answers within
+# seconds; workers wait until a request is MUNGE_WORKER_MIN_AGE s old, so they only
+# step in when the controller is gone (replaced) and 1000 nodes do not race.
+# Prerequisites: /etc/gpu-cluster/cluster.env, /var/lib/gpu-cluster/identity.env.
+set -euo pipefail
+: "${GPU_CLUSTER_ETC:=/etc/gpu-cluster}"
+set -a
+# shellcheck source=/dev/null
+. "$GPU_CLUSTER_ETC/cluster.env"
+# shellcheck source=/dev/null
+if [[ -r $GPU_CLUSTER_ETC/overrides.env ]]; then . "$GPU_CLUSTER_ETC/overrides.env"; fi
+set +a
+export GC_STEP=munge-responder
+# shellcheck source=lib/common.sh
+. "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
+# shellcheck source=lib/munge-join.sh
+. "$GPU_CLUSTER_HOME/lib/munge-join.sh"
+
+main() {
+  local interval=$MUNGE_CONTROLLER_INTERVAL min_age=0 n m="$FSX_ROOT/munge"
+  load_identity
+  if ! is_controller; then interval=$MUNGE_WORKER_INTERVAL min_age=$MUNGE_WORKER_MIN_AGE; fi
+  log "answering munge join requests in $m/requests every ${interval}s (min age ${min_age}s)"
+  while true; do
+    if fsx_root_ready && [[ -s $m/key.sha256 && $(key_fingerprint "$MUNGE_KEY") == "$(<"$m/key.sha256")" ]]; then
+      n=$(mj_answer "$MUNGE_KEY" "$m/requests" "$m/responses" "$min_age")
+      if ((n > 0)); then log "answered $n join request(s)"; fi
+      mj_gc "$m/responses"
+    fi
+    sleep "$interval"
+  done
+}
+
+main "$@"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR/..
+# Step 50: Slurm. The controller publishes its name and IPv4 (FSX_ROOT/controller.env);
+# workers wait (bounded) for it. slurm.conf is filled from the template
+# (@CONTROLLER_HOST@, @CONTROLLER_ADDR@, @MAX_NODES@ from the GpuClusterNodes tag);
+# slurmd -C must agree with the configured node (check-slurmd-c.sh prints both lines);
+# the controller starts slurmctld; every node starts a dynamic slurmd
+# (`slurmd -Z --conf "NodeAddr=<this IPv4> ..."`, no slurm.conf edit for a replacement)
+# and the step waits until slurmctld lists this node at that address.
+# Prerequisites: steps 10, 20, 30, 40 (munge Success).
+set -euo pipefail
+# shellcheck source=lib/common.sh
+. "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
+
+shopt -s lastpipe # install_if_changed runs at the end of pipes and sets CHANGED
+CHANGED=0
+# install_if_changed PATH MODE: stdin -> PATH unless identical; remembers a change.
+install_if_changed() {
+  local tmp
+  tmp=$(mktemp)
+  cat >"$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; return 0; fi
+  mkdir -p "${1%/*}"
+  chmod "$2" "$tmp"
+  mv -f "$tmp" "$1"
+  CHANGED=1
+  log "wrote $1"
+}
+
+ctld_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+registered() {
+  scontrol show node "$NODE_NAME" 2>/dev/null | grep -q "NodeAddr=$NODE_ADDR " &&
+    ! scontrol show node "$NODE_NAME" | grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN|INVALID)'
+}
+
+publish_controller() {
+  printf "CONTROLLER_HOST='%s'\nCONTROLLER_ADDR='%s'\n" "$NODE_NAME" "$NODE_ADDR" |
+    atomic_write "$FSX_ROOT/controller.env" 0600
+  log "published $FSX_ROOT/controller.env ($NODE_NAME, $NODE_ADDR)"
+}
+
+main() {
+  local max
+  load_identity
+  if is_controller; then publish_controller; else
+    wait_for "$CONTROLLER_WAIT" "the controller to publish $FSX_ROOT/controller.env" test -s "$FSX_ROOT/controller.env"
+  fi
+  # shellcheck source=/dev/null
+  . "$FSX_ROOT/controller.env"
+  max=$((SLURM_MAX_NODES_FACTOR * GPU_CLUSTER_NODES + SLURM_MAX_NODES_SPARE))
+  sed -e "s|@CONTROLLER_HOST@|$CONTROLLER_HOST|g" -e "s|@CONTROLLER_ADDR@|$CONTROLLER_ADDR|g" \
+    -e "s|@MAX_NODES@|$max|g" "$SLURM_CONF_TEMPLATE" | install_if_changed /etc/slurm/slurm.conf 0644
+  # The dynamic node line (NodeAddr=<this IPv4> ...) the slurmd unit passes to -Z --conf.
+  sed -e "s|@NODE_ADDR@|$NODE_ADDR|g" -e "s|@NODE_BLOCK@|$NODE_BLOCK|g" "$SLURMD_DEFAULT_TEMPLATE" |
+    install_if_changed /etc/default/slurmd 0644
+  if grep -q '@[A-Z_]*@' /etc/slurm/slurm.conf /etc/default/slurmd; then
+    die "unfilled placeholder left in /etc/slurm/slurm.conf or /etc/default/slurmd"
+  fi
+  mkdir -p /var/spool/slurmd /var/log/slurm "$FSX_ROOT/slurmctld"
+  "$GPU_CLUSTER_HOME/lib/check-slurmd-c.sh" || die "slurmd -C disagrees with the configured node (both lines above)"
+  svc_reload
+  if is_controller; then
+    if ((CHANGED)); then svc restart slurmctld; else svc start slurmctld; fi
+    wait_for 120 "slurmctld on this node to answer (scontrol ping)" ctld_up
+  else
+    wait_for "$CONTROLLER_WAIT" "slurmctld on $CONTROLLER_HOST ($CONTROLLER_ADDR) to answer (scontrol ping)" ctld_up
+  fi
+  if ((CHANGED)); then svc restart slurmd; else svc start slurmd; fi
+  wait_for 300 "slurmctld to register $NODE_NAME at NodeAddr=$NODE_ADDR (scontrol show node)" registered
+  if scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
+    warn "$NODE_NAME is drained: $(scontrol show node "$NODE_NAME" | grep -o 'Reason=.*')"
+  fi
+  if ! srun --mpi=list 2>&1 | grep -q pmix; then
+    if [[ $GPU_CLUSTER_PACKAGES == preinstalled ]]; then skip "PMIx check (srun --mpi=list shows no pmix)"
+    else die "srun --mpi=list does not list pmix: srun --mpi=pmix would fail"; fi
+  fi
+  log "$NODE_NAME registered with $CONTROLLER_HOST at $NODE_ADDR"
+}
+
+main "$@"

@@ -1,0 +1,144 @@
+# shellcheck shell=bash
+# Shared helpers for gpu-cluster-boot and its steps; sourced, never run.
+# Provides: logging, bounded waits, IMDSv2 reads, the service-manager swap
+# (systemd | direct) and the identity written by 10-identity.
+# Prerequisites: bash 4.4+, curl, coreutils, util-linux (setpriv).
+
+: "${GPU_CLUSTER_HOME:=/opt/gpu-cluster}"
+: "${GPU_CLUSTER_ETC:=/etc/gpu-cluster}"
+: "${GPU_CLUSTER_STATE:=/var/lib/gpu-cluster}"
+: "${GPU_CLUSTER_RUN:=/run/gpu-cluster}"
+: "${GPU_CLUSTER_LOG_DIR:=/var/log/gpu-cluster}"
+: "${GPU_CLUSTER_SERVICE_MANAGER:=systemd}"
+: "${GPU_CLUSTER_PACKAGES:=install}"
+: "${GC_STEP:=$(basename "${0:-sh}" .sh)}"
+
+log() { printf '%s [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$GC_STEP" "$*"; }
+warn() { log "WARNING: $*"; }
+# die REASON: the reason also lands in the node's status marker.
+die() {
+  log "ERROR: $*" >&2
+  if [[ -n ${GC_REASON_FILE:-} ]]; then printf '%s\n' "$*" >"$GC_REASON_FILE"; fi
+  exit 1
+}
+# skip WHAT: a check this node does not run, said out loud (and kept in the status).
+skip() {
+  log "SKIPPED: $*"
+  if [[ -n ${GC_NOTES_FILE:-} ]]; then printf '%s: skipped: %s\n' "$GC_STEP" "$*" >>"$GC_NOTES_FILE"; fi
+}
+
+# wait_for SECONDS WHAT CMD...: poll CMD every GC_WAIT_INTERVAL s; die naming WHAT.
+wait_for() {
+  local timeout=$1 what=$2 start=$SECONDS
+  shift 2
+  log "waiting up to ${timeout}s for $what"
+  until "$@"; do
+    if ((SECONDS - start >= timeout)); then
+      die "timed out after ${timeout}s waiting for $what"
+    fi
+    sleep "${GC_WAIT_INTERVAL:-5}"
+  done
+  log "done waiting after $((SECONDS - start))s: $what"
+}
+
+# atomic_write PATH MODE: stdin -> PATH via a temp file in the same directory.
+atomic_write() {
+  local tmp
+  tmp=$(mktemp "${1%/*}/.tmp.XXXXXX")
+  cat >"$tmp"
+  chmod "$2" "$tmp"
+  mv -f "$tmp" "$1"
+}
+
+# --- IMDSv2 (honours AWS_EC2_METADATA_SERVICE_ENDPOINT) ----------------------------
+# imds_get PATH (under /latest/, e.g. meta-data/instance-id): value on stdout.
+# Returns 4 at once for 404 (absent, e.g. a tag), 1 after IMDS_TRIES failed tries.
+imds_get() {
+  local base=${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}
+  local try token out code
+  base=${base%/}
+  for ((try = 1; try <= ${IMDS_TRIES:-8}; try++)); do
+    if token=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' \
+      --connect-timeout 2 --max-time 5 "$base/latest/api/token"); then
+      out=$(curl -s -w '\n%{http_code}' -H "X-aws-ec2-metadata-token: $token" \
+        --connect-timeout 2 --max-time 5 "$base/latest/$1") || out=$'\n000'
+      code=${out##*$'\n'}
+      case $code in
+        200) printf '%s\n' "${out%$'\n'*}"; return 0 ;;
+        404) return 4 ;;
+      esac
+    fi
+    sleep "${IMDS_RETRY_SLEEP:-2}"
+  done
+  log "IMDS: no answer for /latest/$1 from $base after ${IMDS_TRIES:-8} tries" >&2
+  return 1
+}
+
+# --- identity (written by 10-identity) ----------------------------------------------
+load_identity() {
+  local f="$GPU_CLUSTER_STATE/identity.env"
+  [[ -r $f ]] || die "$f missing: run step 10-identity first"
+  # shellcheck source=/dev/null
+  . "$f"
+}
+is_controller() { [[ ${NODE_ROLE:-} == controller ]]; }
+fsx_root_ready() { mountpoint -q "$FSX_MOUNTPOINT" && [[ -d $FSX_ROOT && -w $FSX_ROOT ]]; }
+
+# --- services: systemd, or plain background processes (pid files) ------------------
+direct_pid() {
+  local f="$GPU_CLUSTER_RUN/$1.pid" pid
+  [[ -r $f ]] && pid=$(<"$f") && kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+}
+
+direct_start() {
+  local name=$1 log="$GPU_CLUSTER_LOG_DIR/$1.log"
+  direct_pid "$name" >/dev/null && return 0
+  mkdir -p "$GPU_CLUSTER_RUN" "$GPU_CLUSTER_LOG_DIR"
+  case $name in
+    munge)
+      install -d -o munge -g munge -m 0755 /run/munge
+      setsid setpriv --reuid=munge --regid=munge --init-groups munged -F >>"$log" 2>&1 </dev/null &
+      ;;
+    slurmd)
+      # memlock for EFA: systemd sets it from the unit drop-in; here we try ourselves.
+      (ulimit -l unlimited 2>/dev/null || true
+        # shellcheck source=/dev/null
+        . /etc/default/slurmd
+        exec setsid slurmd -D -Z --conf "$SLURMD_NODE_CONF") >>"$log" 2>&1 </dev/null &
+      ;;
+    slurmctld) setsid slurmctld -D >>"$log" 2>&1 </dev/null & ;;
+    gpu-cluster-munge-responder)
+      setsid "$GPU_CLUSTER_HOME/lib/munge-responder.sh" >>"$log" 2>&1 </dev/null &
+      ;;
+    *) die "direct mode cannot start unknown service $name" ;;
+  esac
+  printf '%s\n' "$!" >"$GPU_CLUSTER_RUN/$name.pid"
+}
+
+direct_stop() {
+  local pid
+  pid=$(direct_pid "$1") || return 0
+  kill "$pid" 2>/dev/null || true
+  wait_for 30 "$1 (pid $pid) to exit" bash -c "! kill -0 $pid 2>/dev/null"
+  rm -f "$GPU_CLUSTER_RUN/$1.pid"
+}
+
+# svc ACTION NAME: ACTION is start, restart, enable or active.
+svc() {
+  if [[ $GPU_CLUSTER_SERVICE_MANAGER == direct ]]; then
+    case $1 in
+      start) direct_start "$2" ;;
+      restart) direct_stop "$2"; direct_start "$2" ;;
+      enable) skip "enable $2 at boot (direct mode has no service manager)" ;;
+      active) direct_pid "$2" >/dev/null ;;
+    esac
+  else
+    case $1 in
+      start | restart | enable) systemctl "$1" "$2" ;;
+      active) systemctl is-active --quiet "$2" ;;
+    esac
+  fi
+}
+
+# Reload unit files after drop-ins changed (no-op in direct mode).
+svc_reload() { [[ $GPU_CLUSTER_SERVICE_MANAGER == direct ]] || systemctl daemon-reload; }

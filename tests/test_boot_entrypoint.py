@@ -1,0 +1,343 @@
+"""gpu-cluster-boot and its shell helpers, run for real against fakes.
+
+- the entry point against fake steps: order, stop at the first failure, the status
+  marker (local, and on a bind-mounted "/fsx" inside a private mount namespace),
+  reruns, --only/--from, the environment > overrides.env > cluster.env precedence;
+- the IMDSv2 helper against a tiny metadata stand-in on 127.0.0.1 that insists on a token;
+- the munge key hand-over with real openssl in temp directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot"
+ENTRY = BOOT / "bin" / "gpu-cluster-boot"
+COMMON = BOOT / "lib" / "common.sh"
+MUNGE_JOIN = BOOT / "lib" / "munge-join.sh"
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespace, chown)")
+
+
+class Sandbox:
+    """A node file layout under tmp: home (bin, lib, steps), etc, state, run, log, fsx."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.home, self.etc = root / "opt", root / "etc"
+        self.state, self.run_dir, self.log_dir = root / "state", root / "run", root / "log"
+        self.fsx = root / "fsx"
+        self.fsx_root = self.fsx / ".gpu-cluster" / "demo"
+        for d in (self.home / "bin", self.home / "lib", self.home / "steps", self.etc, self.fsx_root / "status"):
+            d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ENTRY, self.home / "bin" / "gpu-cluster-boot")
+        shutil.copy(COMMON, self.home / "lib" / "common.sh")
+        (self.etc / "cluster.env").write_text(
+            "CLUSTER_NAME=demo\n"
+            f"FSX_MOUNTPOINT={self.fsx}\nFSX_ROOT={self.fsx_root}\n"
+            "FROM_CLUSTER_ENV=cluster\nGPU_CLUSTER_PACKAGES=install\n")
+        (root / "trace").touch()
+
+    def step(self, name: str, body: str) -> None:
+        path = self.home / "steps" / f"{name}.sh"
+        path.write_text("#!/usr/bin/env bash\nset -euo pipefail\n"
+                        '. "$GPU_CLUSTER_HOME/lib/common.sh"\n'
+                        f'echo "{name}" >>"{self.root}/trace"\n{body}\n')
+        path.chmod(0o755)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_CLUSTER", "AWS_EC2"))}
+        env.update(GPU_CLUSTER_HOME=str(self.home), GPU_CLUSTER_ETC=str(self.etc),
+                   GPU_CLUSTER_STATE=str(self.state), GPU_CLUSTER_RUN=str(self.run_dir),
+                   GPU_CLUSTER_LOG_DIR=str(self.log_dir))
+        env.update(extra)
+        return env
+
+    def boot(self, *args: str, mount_fsx: bool = False, **extra: str) -> subprocess.CompletedProcess:
+        cmd = [str(self.home / "bin" / "gpu-cluster-boot"), *args]
+        if mount_fsx:
+            # /fsx is a mount point only inside this private mount namespace.
+            inner = f'mount --bind "{self.fsx}" "{self.fsx}" && exec "$@"'
+            cmd = ["unshare", "--mount", "--propagation", "private", "bash", "-c", inner, "boot", *cmd]
+        return subprocess.run(cmd, env=self.env(**extra), capture_output=True, text=True, timeout=60)
+
+    def trace(self) -> list[str]:
+        return (self.root / "trace").read_text().split()
+
+    def status(self) -> dict:
+        return json.loads((self.state / "status").read_text())
+
+    def marker(self, node: str) -> dict:
+        return json.loads((self.fsx_root / "status" / f"{node}.json").read_text())
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Sandbox:
+    return Sandbox(tmp_path)
+
+
+def test_steps_run_in_sorted_order_with_dotted_names(box):
+    # run-parts would skip "25-x.y.sh" (a dot in the name); the sorted glob does not.
+    for name in ("30-c", "10-a", "25-x.y", "20-b"):
+        box.step(name, "true")
+    r = box.boot()
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert box.trace() == ["10-a", "20-b", "25-x.y", "30-c"]
+    log = (box.log_dir / "boot.log").read_text()
+    for name in ("10-a", "20-b", "25-x.y", "30-c"):
+        assert f"start {name}" in log and f"end {name} ok after" in log
+    st = box.status()
+    assert st["state"] == "ok" and st["step"] == "30-c"
+    assert st["marker"] == "local only (/fsx not mounted yet)"
+    assert "status kept locally only" in r.stdout
+
+
+def test_stops_at_first_failure_with_reason(box):
+    box.step("10-a", "true")
+    box.step("20-b", 'die "the widget is missing"')
+    box.step("30-c", "true")
+    r = box.boot()
+    assert r.returncode == 1
+    assert box.trace() == ["10-a", "20-b"]
+    st = box.status()
+    assert (st["step"], st["state"]) == ("20-b", "failed")
+    assert st["reason"].startswith("the widget is missing (see ")
+    assert st["log"].endswith("/boot.log")
+    assert "FAILED 20-b" in (box.log_dir / "boot.log").read_text()
+
+
+def test_failure_without_die_reports_exit_status(box):
+    box.step("10-a", "exit 3")
+    r = box.boot()
+    assert r.returncode == 1
+    assert box.status()["reason"].startswith("exited with status 3")
+
+
+@needs_root
+def test_marker_on_fsx_with_identity(box):
+    box.step("10-identity", f"""cat >"{box.state}/identity.env" <<'E'
+INSTANCE_ID='i-0abc'
+NODE_NAME='ip-10-0-0-5'
+NODE_ROLE='worker'
+E""")
+    box.step("20-b", 'echo "reason with \\"quotes\\" and \\\\ backslash" >"$GC_REASON_FILE"; exit 1')
+    r = box.boot(mount_fsx=True)
+    assert r.returncode == 1
+    m = box.marker("ip-10-0-0-5")
+    assert set(m) >= {"node", "instance_id", "role", "step", "state", "reason", "log"}
+    assert (m["node"], m["instance_id"], m["role"]) == ("ip-10-0-0-5", "i-0abc", "worker")
+    assert (m["step"], m["state"]) == ("20-b", "failed")
+    assert m["reason"].startswith('reason with "quotes" and \\ backslash')
+    assert m == box.status()
+
+
+@needs_root
+def test_rerun_converges_and_only_from(box):
+    # A step that converges: creates its file once, is a no-op later.
+    box.step("10-a", f'[ -e "{box.root}/made" ] || echo once >>"{box.root}/made"')
+    box.step("20-b", "true")
+    box.step("30-c", "true")
+    assert box.boot(mount_fsx=True).returncode == 0
+    assert box.boot(mount_fsx=True).returncode == 0
+    assert (box.root / "made").read_text() == "once\n"
+    assert box.trace() == ["10-a", "20-b", "30-c"] * 2
+    (box.root / "trace").write_text("")
+    assert box.boot("--only", "b").returncode == 0
+    assert box.boot("--only", "30").returncode == 0
+    assert box.boot("--from", "20-b").returncode == 0
+    assert box.trace() == ["20-b", "30-c", "20-b", "30-c"]
+    assert box.status()["step"] == "30-c"
+    r = box.boot("--only", "nope")
+    assert r.returncode == 2 and "no step matches 'nope'" in r.stderr
+
+
+def test_env_beats_overrides_beats_cluster_env(box):
+    box.step("10-a", 'echo "$GPU_CLUSTER_PACKAGES $GPU_CLUSTER_SERVICE_MANAGER $FROM_CLUSTER_ENV" >"$GPU_CLUSTER_STATE/seen"')
+    (box.etc / "overrides.env").write_text("GPU_CLUSTER_PACKAGES=preinstalled\nGPU_CLUSTER_SERVICE_MANAGER=direct\n")
+    assert box.boot().returncode == 0
+    assert (box.state / "seen").read_text() == "preinstalled direct cluster\n"
+    assert box.boot(GPU_CLUSTER_SERVICE_MANAGER="systemd").returncode == 0
+    assert (box.state / "seen").read_text() == "preinstalled systemd cluster\n"
+    r = box.boot(GPU_CLUSTER_PACKAGES="maybe")
+    assert r.returncode == 2 and "install or preinstalled" in r.stderr
+
+
+def test_wait_for_is_bounded_and_names_what(box):
+    box.step("10-a", 'GC_WAIT_INTERVAL=1 wait_for 2 "the unicorn to appear" test -e /nonexistent/unicorn')
+    r = box.boot()
+    assert r.returncode == 1
+    assert box.status()["reason"].startswith("timed out after 2s waiting for the unicorn to appear")
+
+
+def test_skip_notes_reach_the_status(box):
+    box.step("20-packages", 'skip "Enroot check (preinstalled)"')
+    assert box.boot().returncode == 0
+    assert "20-packages: skipped: Enroot check (preinstalled)" in box.status()["reason"]
+
+
+# --- IMDSv2 helper ------------------------------------------------------------------
+
+class _Imds(BaseHTTPRequestHandler):
+    TOKEN = "tok-123"
+    DATA = {"/latest/meta-data/instance-id": "i-0feed", "/latest/meta-data/tags/instance/GpuClusterRole": "worker"}
+    seen: list[str] = []
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_PUT(self):
+        self.seen.append("PUT " + self.path)
+        if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+            self.send_response(400); self.end_headers(); return
+        self._reply(200, self.TOKEN)
+
+    def do_GET(self):
+        self.seen.append("GET " + self.path)
+        if self.headers.get("X-aws-ec2-metadata-token") != self.TOKEN:
+            self._reply(401, "")
+        elif self.path in self.DATA:
+            self._reply(200, self.DATA[self.path])
+        else:
+            self._reply(404, "")
+
+    def _reply(self, code, body):
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture(scope="module")
+def imds():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def _imds_get(endpoint: str, path: str, **env: str) -> subprocess.CompletedProcess:
+    script = f'. "{COMMON}"; imds_get "$1"'
+    return subprocess.run(["bash", "-c", script, "x", path], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "AWS_EC2_METADATA_SERVICE_ENDPOINT": endpoint,
+                               "IMDS_TRIES": "2", "IMDS_RETRY_SLEEP": "0", **env})
+
+
+def test_imds_get_uses_token_and_endpoint(imds):
+    _Imds.seen.clear()
+    r = _imds_get(imds, "meta-data/instance-id")
+    assert (r.returncode, r.stdout) == (0, "i-0feed\n")
+    assert _Imds.seen == ["PUT /latest/api/token", "GET /latest/meta-data/instance-id"]
+    r = _imds_get(imds, "meta-data/tags/instance/GpuClusterRole")
+    assert r.stdout == "worker\n"
+
+
+def test_imds_missing_path_is_404_at_once(imds):
+    _Imds.seen.clear()
+    r = _imds_get(imds, "meta-data/tags/instance/GpuClusterNodes")
+    assert r.returncode == 4
+    assert len(_Imds.seen) == 2  # no retries for "absent"
+
+
+def test_imds_bounded_retries_when_unreachable():
+    r = _imds_get("http://127.0.0.1:9", "meta-data/instance-id", IMDS_TRIES="3")
+    assert r.returncode == 1
+    assert "no answer for /latest/meta-data/instance-id" in r.stderr and "after 3 tries" in r.stderr
+
+
+def test_imds_token_is_required(imds, monkeypatch):
+    monkeypatch.setattr(_Imds, "TOKEN", "other")  # token PUT answers "other"; GET checks it
+    r = _imds_get(imds, "meta-data/instance-id")
+    assert r.returncode == 0  # consistent token: fine
+    # Without the PUT (plain GET), the stand-in refuses: the helper must not do that.
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", imds + "latest/meta-data/instance-id"],
+                         capture_output=True, text=True).stdout
+    assert out == "401"
+
+
+# --- munge key hand-over --------------------------------------------------------------
+
+def _mj(cwd: Path, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", f'set -euo pipefail; . "{MUNGE_JOIN}"; {script}'],
+                          cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def mj(tmp_path: Path) -> Path:
+    for d in ("req", "resp"):
+        (tmp_path / d).mkdir(mode=0o700)
+    (tmp_path / "munge.key").write_bytes(os.urandom(1024))
+    (tmp_path / "munge.key").chmod(0o400)
+    return tmp_path
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+def test_munge_join_roundtrip(mj):
+    me = f"{os.getuid()}:{os.getgid()}"
+    r = _mj(mj, "mj_request priv req i-0aaa")
+    assert r.returncode == 0, r.stderr
+    assert _mode(mj / "req" / "i-0aaa.pem") == 0o600 and _mode(mj / "priv") == 0o700
+    assert _mode(mj / "priv" / "join.key") == 0o600
+    assert b"PRIVATE" not in (mj / "req" / "i-0aaa.pem").read_bytes()
+    r = _mj(mj, "mj_answer munge.key req resp 0")
+    assert r.stdout == "1\n", r.stderr
+    resp = mj / "resp" / "i-0aaa.cms"
+    key = (mj / "munge.key").read_bytes()
+    assert _mode(resp) == 0o600
+    body = resp.read_bytes()
+    assert key not in body and key[:32] not in body  # never the plaintext key
+    assert _mj(mj, "mj_answer munge.key req resp 0").stdout == "0\n"  # answered once
+    r = _mj(mj, f"mj_collect priv req resp i-0aaa {mj}/installed.key {me}")
+    assert r.returncode == 0, r.stderr
+    assert (mj / "installed.key").read_bytes() == key
+    assert _mode(mj / "installed.key") == 0o400
+    # request, response and the one-time private key are gone
+    assert not (mj / "req" / "i-0aaa.pem").exists() and not resp.exists() and not (mj / "priv").exists()
+    assert list((mj / "resp").iterdir()) == []
+
+
+def test_munge_join_respects_min_age_and_subject(mj):
+    assert _mj(mj, "mj_request priv req i-0bbb").returncode == 0
+    assert _mj(mj, "mj_answer munge.key req resp 3600").stdout == "0\n"  # too young for a worker
+    # a cert published under another instance's name is not answered
+    shutil.copy(mj / "req" / "i-0bbb.pem", mj / "req" / "i-0ccc.pem")
+    assert _mj(mj, "mj_answer munge.key req resp 0").stdout == "1\n"
+    assert (mj / "resp" / "i-0bbb.cms").exists() and not (mj / "resp" / "i-0ccc.cms").exists()
+
+
+def test_stale_response_is_dropped_and_answered_again(mj):
+    me = f"{os.getuid()}:{os.getgid()}"
+    assert _mj(mj, "mj_request priv req i-0ddd").returncode == 0
+    assert _mj(mj, "mj_answer munge.key req resp 0").stdout == "1\n"
+    # The joiner lost its key pair (e.g. a crash) and asks again with a new one.
+    shutil.rmtree(mj / "priv")
+    assert _mj(mj, "mj_request priv req i-0ddd").returncode == 0
+    r = _mj(mj, f"mj_collect priv req resp i-0ddd {mj}/k {me}")
+    assert r.returncode == 1 and not (mj / "resp" / "i-0ddd.cms").exists()
+    assert _mj(mj, "mj_answer munge.key req resp 0").stdout == "1\n"
+    assert _mj(mj, f"mj_collect priv req resp i-0ddd {mj}/k {me}").returncode == 0
+    assert (mj / "k").read_bytes() == (mj / "munge.key").read_bytes()
+
+
+def test_two_responders_do_not_clobber(mj):
+    assert _mj(mj, "mj_request priv req i-0eee").returncode == 0
+    a = subprocess.Popen(["bash", "-c", f'. "{MUNGE_JOIN}"; mj_answer munge.key req resp 0'], cwd=mj,
+                         stdout=subprocess.PIPE, text=True)
+    b = subprocess.Popen(["bash", "-c", f'. "{MUNGE_JOIN}"; mj_answer munge.key req resp 0'], cwd=mj,
+                         stdout=subprocess.PIPE, text=True)
+    answered = int(a.communicate()[0]) + int(b.communicate()[0])
+    assert answered == 1
+    assert sorted(p.name for p in (mj / "resp").iterdir()) == ["i-0eee.cms"]  # no temp files left

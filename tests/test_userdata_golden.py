@@ -1,0 +1,59 @@
+"""Golden copies of everything a node gets, per catalog instance type.
+
+tests/golden/userdata/<instance-type>/
+  user-data.gz      the exact bytes EC2 gets (before base64)
+  s3-payload.sha256 digest of the S3 payload (or "none")
+  files/<node path> every rendered file (NodeFiles.files)
+Any change to a template, a renderer or the catalog shows up here as a reviewable diff.
+Rewrite on purpose with `pytest tests/test_userdata_golden.py --update-golden`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from infra.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
+from infra.config import parse_config
+from userdata.render import FsxEndpoint, render_userdata
+
+GOLDEN = Path(__file__).parent / "golden" / "userdata"
+FSX = FsxEndpoint(dns_name="fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com", mount_name="abcdefgh")
+URI = "s3://demo-bucket/gpu-cluster/demo/payload-{sha256}.tar.gz"
+
+
+def _render(instance_type: str) -> dict[str, bytes]:
+    cfg = parse_config({
+        "name": "demo",
+        "instance_type": instance_type,
+        "network": {"availability_zone": "us-east-2b"},
+        "capacity": {"nodes": 4},
+    })
+    nf = render_userdata(cfg, CATALOG[instance_type], FSX, URI)
+    out = {"user-data.gz": nf.user_data,
+           "s3-payload.sha256": ((nf.s3_payload[0] if nf.s3_payload else "none") + "\n").encode()}
+    out.update({f"files{path}": content for path, content in nf.files.items()})
+    return out
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_INSTANCE_TYPES)
+def test_golden(instance_type, update_golden):
+    rendered = _render(instance_type)
+    root = GOLDEN / instance_type
+    if update_golden:
+        shutil.rmtree(root, ignore_errors=True)
+        for rel, content in rendered.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(content)
+        return
+    assert root.is_dir(), f"no golden files for {instance_type}: run pytest --update-golden"
+    on_disk = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    assert sorted(on_disk) == sorted(rendered), "rendered file set changed: review, then --update-golden"
+    changed = [rel for rel in rendered if rendered[rel] != on_disk[rel]]
+    # Text files first so the diff in the failure names what changed.
+    for rel in sorted(changed, key=lambda r: r.endswith(".gz")):
+        if not rel.endswith(".gz"):
+            assert rendered[rel].decode() == on_disk[rel].decode(), f"{instance_type}/{rel} changed"
+    assert changed == [], f"{instance_type}: {changed} changed; review, then --update-golden"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR/..
+# Step 95: hand-off (controller only). Waits, bounded by VALIDATION_WAIT_MINUTES, until
+# the expected number of nodes (GpuClusterNodes tag) is idle in the partition, then
+# submits the first-boot validation job once per cluster and records its id
+# (FSX_ROOT/validation/first-boot.jobid, and this node's status). Says so when
+# validation is disabled or the job file is not shipped.
+# Prerequisites: steps 50-90.
+set -euo pipefail
+# shellcheck source=lib/common.sh
+. "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
+
+idle_nodes() { sinfo -h -p "$SLURM_PARTITION" -t idle -o '%D' 2>/dev/null | awk '{ n += $1 } END { print n + 0 }'; }
+enough_idle() { (($(idle_nodes) >= GPU_CLUSTER_NODES)); }
+
+main() {
+  local job record="$FSX_ROOT/validation/first-boot.jobid"
+  load_identity
+  if ! is_controller; then log "the controller submits the validation job"; return 0; fi
+  if [[ $VALIDATION_ENABLED != 1 ]]; then skip "first-boot validation (disabled in the stack config)"; return 0; fi
+  if [[ ! -f $VALIDATION_JOB ]]; then skip "first-boot validation ($VALIDATION_JOB is not shipped)"; return 0; fi
+  if [[ -s $record ]]; then
+    cp "$record" "$GPU_CLUSTER_STATE/validation-job"
+    log "validation job $(<"$record") already submitted for this cluster"
+    return 0
+  fi
+  wait_for $((VALIDATION_WAIT_MINUTES * 60)) "$GPU_CLUSTER_NODES idle node(s) in partition $SLURM_PARTITION (sinfo)" enough_idle
+  install -d -m 0700 "$FSX_ROOT/validation"
+  # Same submission as `gpu-cluster-validation run`: the job spans every idle node.
+  job=$(cd "$FSX_ROOT/validation" && sbatch --parsable -N "$(idle_nodes)" "$VALIDATION_JOB") ||
+    die "sbatch $VALIDATION_JOB failed"
+  job=${job%%;*}
+  printf '%s\n' "$job" | atomic_write "$record" 0600
+  cp "$record" "$GPU_CLUSTER_STATE/validation-job"
+  log "submitted first-boot validation job $job ($VALIDATION_JOB)"
+}
+
+main "$@"
