@@ -190,6 +190,17 @@ def test_blame_nobody_when_everything_fails_or_only_across_blocks():
     assert vr.blame(across) == {}
 
 
+def test_pair_groups_report_within_and_across_blocks_separately():
+    recs = [rec("all_reduce", ["a", "b"], "GO", kind="within:x", value=370.0),
+            rec("all_reduce", ["c", "d"], "GO", kind="within:y", value=360.0),
+            rec("all_reduce", ["a", "c"], "NO-GO", kind="across:x/y", value=200.0),
+            rec("pingpong", ["a", "b"], "SKIPPED", kind="within:x")]
+    assert vr.groups(recs) == {
+        "within:x": {"all_reduce": {"GO": 1, "NO-GO": 0, "median": 370.0}},
+        "within:y": {"all_reduce": {"GO": 1, "NO-GO": 0, "median": 360.0}},
+        "across:x/y": {"all_reduce": {"GO": 0, "NO-GO": 1, "median": 200.0}}}
+
+
 def test_blame_single_node_failure():
     assert vr.blame([rec("single", ["a"], "NO-GO", kind="", reasons=["Out of bounds values : 2 FAILED"])]) \
         == {"a": "single-node all_reduce NO-GO: Out of bounds values : 2 FAILED"}
@@ -410,6 +421,7 @@ def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
     assert [g for g in got if g[0] == "pingpong"] == [("pingpong", "n1+n2", "GO"), ("pingpong", "n4+n1", "GO")]
     assert report["verdict"] == "NO-GO"
     assert set(report["blamed_nodes"]) == {"n3"}
+    assert report["pair_groups"]["within:a"]["all_reduce"] == {"GO": 2, "NO-GO": 2, "median": 220.25}
     calls = (tmp_path / "calls.log").read_text()
     assert "/cuda-13.2/efa/test-cuda-13.2/all_reduce_perf" in calls and "cuda-12.8" not in calls
     assert "--cpus-per-task=24" in calls and "--export=ALL,LD_LIBRARY_PATH=" in calls
