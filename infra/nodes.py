@@ -13,6 +13,18 @@ The group pins the template's latest version number (Capacity Block groups must 
 *new* instances with; running instances keep running until someone replaces them on
 purpose (no `instance_refresh` block: Pulumi never starts a refresh).
 
+Replacing a node (same template version, joins with no edit; drain it in Slurm first):
+    aws autoscaling terminate-instance-in-auto-scaling-group --instance-id i-... \
+        --no-should-decrement-desired-capacity
+  (a node that fails EC2 status checks or is terminated is replaced without this).
+Rolling out a template change on purpose, one group at a time, workers first, the
+controller group last (its state is on /fsx, so the new controller resumes the queue):
+    aws autoscaling start-instance-refresh --auto-scaling-group-name gpu-cluster-<cluster>-<group> \
+        --preferences '{"MinHealthyPercentage": 90, "SkipMatching": true, "InstanceWarmup": 900}'
+  SkipMatching leaves nodes already on the pinned version alone. A Capacity Block has no
+  spare capacity, so the refresh terminates before it launches (MinHealthyPercentage
+  below 100) and EC2 needs a few minutes to free a terminated slot (FACTS 3.2).
+
 Scale-in protection stays off: the group's size is always min = max = desired, so the
 group never scales in on its own, and Capacity Block groups must be able to go to zero
 before the block ends ([ASG-CB]); protection would block exactly that.
