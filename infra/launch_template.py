@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -31,6 +32,9 @@ import pulumi_aws as aws
 from infra.catalog import InstanceSpec
 from infra.config import ClusterConfig, RootVolumeConfig
 from infra.efa import interface_layout
+
+if TYPE_CHECKING:  # the renderer is imported lazily: it pulls in jinja2 and the templates
+    from userdata.render import FsxEndpoint
 
 # Ubuntu DLAMI root device.
 ROOT_DEVICE = "/dev/sda1"

@@ -164,8 +164,10 @@ def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az
 
     if subnet_az is None and isinstance(raw_cluster, dict):
         subnet_az = (raw_cluster.get("network") or {}).get("availability_zone")
-    mocks = PlanMocks(region, subnet_az=subnet_az)
-    config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster), "aws:region": region}
+    mocks = PlanMocks(region or "us-east-1", subnet_az=subnet_az)
+    config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster)}
+    if region:
+        config["aws:region"] = region
 
     def program():
         from infra import stack as stack_mod
@@ -184,7 +186,7 @@ def load_stack_config(stack: str, root: Path = REPO) -> tuple[dict[str, Any], st
                          + ", ".join(sorted(p.name[7:-5] for p in root.glob("Pulumi.*.yaml"))))
     doc = yaml.safe_load(path.read_text()) or {}
     config = doc.get("config") or {}
-    return config.get(f"{CONFIG_NAMESPACE}:{CONFIG_KEY}"), config.get("aws:region", "us-east-1")
+    return config.get(f"{CONFIG_NAMESPACE}:{CONFIG_KEY}"), config.get("aws:region")
 
 
 def apply_override(raw: Any, assignment: str) -> Any:

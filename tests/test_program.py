@@ -172,3 +172,10 @@ def test_subnet_in_wrong_az_fails_before_resources():
     with pytest.raises(pulumi.RunError) as exc:
         run_program(raw, region, subnet_az="us-east-2a")
     assert str(exc.value).startswith("gpu-cluster:cluster.network.subnet_id: subnet subnet-0a1b2c3d4e5f60718 is in us-east-2a")
+
+
+def test_missing_region_is_a_config_error():
+    raw, _ = stack_config("dev")
+    with pytest.raises(pulumi.RunError) as exc:
+        run_program(raw, region=None)
+    assert str(exc.value).startswith("aws:region: required")
