@@ -28,7 +28,7 @@ TYPES = {
 
 def ctx(instance_type="p5.48xlarge", **over):
     c = dict(cluster_name="demo", instance_type=instance_type, partition="train",
-             fsx_root="/fsx/.gpu-cluster/demo", container_image="nvcr.io#nvidia/pytorch:26.08-py3",
+             fsx_root="/fsx/.gpu-cluster/demo", container_image="/fsx/images/pytorch.sqsh",
              time_limit_minutes=60, baseline_margin=0.1, **TYPES.get(instance_type, {}))
     c.update(over)
     return c
@@ -73,7 +73,7 @@ def test_p5_job_uses_seed_launch_settings():
     assert "#SBATCH --time=60\n" in sbatch and "#SBATCH --partition=train\n" in sbatch
     gate = files["/opt/gpu-cluster/validation/gate.sh"]
     assert "readonly SWEEP=(-b 8 -e 16G -f 2 -g 1 -c 1 -n 50)" in gate
-    assert "readonly IMAGE='nvcr.io#nvidia/pytorch:26.08-py3'" in gate
+    assert "readonly IMAGE='/fsx/images/pytorch.sqsh'" in gate
     # the nccl-tests directory is discovered (newest CUDA), never hard-coded
     assert "CUDA_ROOT=${VALIDATION_CUDA_ROOT:-/usr/local}" in gate
     assert '"$CUDA_ROOT/cuda-*/efa/test-cuda-*"' in gate and "sort -V | tail -n 1" in gate

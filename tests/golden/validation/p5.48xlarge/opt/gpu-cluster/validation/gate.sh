@@ -16,7 +16,7 @@ readonly RESULTS=/fsx/.gpu-cluster/demo/validation
 readonly GPUS=8
 readonly TASKS=8
 readonly CPT=24
-readonly IMAGE='nvcr.io#nvidia/pytorch:26.08-py3'
+readonly IMAGE=/fsx/images/pytorch.sqsh
 readonly BENCH=/opt/gpu-cluster/validation/torch_comm_bench.py
 # seed size sweep and correctness check (-c 1); single node stops at 1 GiB like the seed
 readonly SWEEP=(-b 8 -e 16G -f 2 -g 1 -c 1 -n 50)
