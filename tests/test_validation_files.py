@@ -73,7 +73,10 @@ def test_p5_job_uses_seed_launch_settings():
     assert "#SBATCH --time=60\n" in sbatch and "#SBATCH --partition=train\n" in sbatch
     gate = files["/opt/gpu-cluster/validation/gate.sh"]
     assert "readonly SWEEP=(-b 8 -e 16G -f 2 -g 1 -c 1 -n 50)" in gate
-    assert "readonly IMAGE='/fsx/images/pytorch.sqsh'" in gate
+    assert "readonly IMAGE=/fsx/images/pytorch.sqsh\n" in gate
+    # Pyxis registry images carry '#', which must not start a shell comment
+    hashed = validation_files(ctx(container_image="registry#org/image:tag"))
+    assert "readonly IMAGE='registry#org/image:tag'\n" in hashed["/opt/gpu-cluster/validation/gate.sh"]
     # the nccl-tests directory is discovered (newest CUDA), never hard-coded
     assert "CUDA_ROOT=${VALIDATION_CUDA_ROOT:-/usr/local}" in gate
     assert '"$CUDA_ROOT/cuda-*/efa/test-cuda-*"' in gate and "sort -V | tail -n 1" in gate
