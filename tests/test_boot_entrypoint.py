@@ -181,7 +181,21 @@ def test_wait_for_is_bounded_and_names_what(box):
 def test_skip_notes_reach_the_status(box):
     box.step("20-packages", 'skip "Enroot check (preinstalled)"')
     assert box.boot().returncode == 0
-    assert "20-packages: skipped: Enroot check (preinstalled)" in box.status()["reason"]
+    st = box.status()
+    assert st["skipped"] == "20-packages: skipped: Enroot check (preinstalled)"
+    assert st["reason"] == "all 1 step(s) ok"
+
+
+def test_daemons_started_by_steps_do_not_hold_the_lock(box):
+    # A step that leaves a long-running process behind (as munged/slurmd in direct mode).
+    box.step("10-a", 'setsid sleep 30 >/dev/null 2>&1 </dev/null & echo $! >"$GPU_CLUSTER_STATE/daemon.pid"')
+    try:
+        assert box.boot().returncode == 0
+        r = box.boot()  # would wait 600 s for the lock if the daemon inherited it
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        for pid in (box.state / "daemon.pid").read_text().split():
+            subprocess.run(["kill", pid], check=False)
 
 
 # --- IMDSv2 helper ------------------------------------------------------------------
@@ -341,3 +355,67 @@ def test_two_responders_do_not_clobber(mj):
     answered = int(a.communicate()[0]) + int(b.communicate()[0])
     assert answered == 1
     assert sorted(p.name for p in (mj / "resp").iterdir()) == ["i-0eee.cms"]  # no temp files left
+
+
+# --- step 10-identity against the metadata stand-in, in private UTS/mount namespaces ---
+
+IDENTITY = {
+    "/latest/meta-data/instance-id": "i-0123456789abcdef0",
+    "/latest/meta-data/local-ipv4": "10.9.8.7",
+    "/latest/meta-data/local-hostname": "ip-10-9-8-7.us-east-2.compute.internal",
+    "/latest/meta-data/placement/availability-zone": "us-east-2b",
+    "/latest/meta-data/tags/instance/GpuClusterName": "demo",
+    "/latest/meta-data/tags/instance/GpuClusterRole": "controller",
+    "/latest/meta-data/tags/instance/GpuClusterNodes": "4",
+    "/latest/meta-data/tags/instance/GpuClusterBlock": "a",
+}
+
+
+def _identity_boot(box: Sandbox, imds: str) -> subprocess.CompletedProcess:
+    shutil.copy(BOOT / "steps" / "10-identity.sh", box.home / "steps" / "10-identity.sh")
+    hosts = box.root / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n127.0.1.1 ip-10-9-8-7\n::1 localhost ip6-localhost\n")
+    inner = f'mount --bind "{hosts}" /etc/hosts && hostname old-name && exec "$@"'
+    cmd = ["unshare", "--uts", "--mount", "--propagation", "private", "bash", "-c", inner, "x",
+           str(box.home / "bin" / "gpu-cluster-boot"), "--only", "identity"]
+    return subprocess.run(cmd, env=box.env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds, GPU_CLUSTER_SERVICE_MANAGER="direct",
+                                            IMDS_TRIES="2", IMDS_RETRY_SLEEP="0"),
+                          capture_output=True, text=True, timeout=60)
+
+
+@needs_root
+def test_identity_pins_ipv4_and_writes_identity(box, imds, monkeypatch):
+    monkeypatch.setattr(_Imds, "DATA", IDENTITY)
+    r = _identity_boot(box, imds)
+    assert r.returncode == 0, r.stdout + r.stderr
+    hosts = (box.root / "hosts").read_text().splitlines()
+    # Debian's 127.0.1.1 line is gone, ours is last; the rest is kept.
+    assert hosts == ["127.0.0.1 localhost", "::1 localhost ip6-localhost",
+                     "10.9.8.7 ip-10-9-8-7.us-east-2.compute.internal ip-10-9-8-7"]
+    env = (box.state / "identity.env").read_text()
+    for line in ("INSTANCE_ID='i-0123456789abcdef0'", "NODE_ADDR='10.9.8.7'", "NODE_NAME='ip-10-9-8-7'",
+                 "NODE_ROLE='controller'", "NODE_BLOCK='a'", "GPU_CLUSTER_NODES='4'"):
+        assert line in env.splitlines()
+    assert box.status()["instance_id"] == "i-0123456789abcdef0" and box.status()["role"] == "controller"
+    # Rerun: nothing to change, same file.
+    before = (box.root / "hosts").read_text()
+    assert _identity_boot(box, imds).returncode == 0
+    assert (box.root / "hosts").read_text() == before
+
+
+@needs_root
+@pytest.mark.parametrize("key,value,reason", [
+    ("GpuClusterName", "other", "GpuClusterName tag is 'other' but this user data belongs to cluster 'demo'"),
+    ("GpuClusterRole", "boss", "GpuClusterRole tag is 'boss'; expected controller or worker"),
+    ("GpuClusterNodes", None, "instance tag GpuClusterNodes is not visible in instance metadata"),
+])
+def test_identity_rejects_bad_tags(box, imds, monkeypatch, key, value, reason):
+    data = dict(IDENTITY)
+    if value is None:
+        del data[f"/latest/meta-data/tags/instance/{key}"]
+    else:
+        data[f"/latest/meta-data/tags/instance/{key}"] = value
+    monkeypatch.setattr(_Imds, "DATA", data)
+    r = _identity_boot(box, imds)
+    assert r.returncode == 1
+    assert box.status()["reason"].startswith(reason), box.status()["reason"]

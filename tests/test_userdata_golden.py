@@ -52,8 +52,8 @@ def test_golden(instance_type, update_golden):
     on_disk = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
     assert sorted(on_disk) == sorted(rendered), "rendered file set changed: review, then --update-golden"
     changed = [rel for rel in rendered if rendered[rel] != on_disk[rel]]
-    # Text files first so the diff in the failure names what changed.
-    for rel in sorted(changed, key=lambda r: r.endswith(".gz")):
+    # Node files first, so the failure shows the diff of what actually changed.
+    for rel in sorted(changed, key=lambda r: (not r.startswith("files/"), r)):
         if not rel.endswith(".gz"):
             assert rendered[rel].decode() == on_disk[rel].decode(), f"{instance_type}/{rel} changed"
     assert changed == [], f"{instance_type}: {changed} changed; review, then --update-golden"

@@ -34,7 +34,8 @@ try_collect() {
 join_cluster() {
   log "requesting the cluster's munge key through $M/requests/$INSTANCE_ID.pem"
   mj_request "$GPU_CLUSTER_STATE/munge-join" "$M/requests" "$INSTANCE_ID"
-  wait_for "$MUNGE_JOIN_TIMEOUT" "the munge key encrypted to this node ($M/responses/$INSTANCE_ID.cms) from a node that holds it" try_collect
+  GC_WAIT_INTERVAL=2 wait_for "$MUNGE_JOIN_TIMEOUT" \
+    "the munge key encrypted to this node ($M/responses/$INSTANCE_ID.cms) from a node that holds it" try_collect
   [[ $(key_fingerprint "$MUNGE_KEY") == "$(<"$M/key.sha256")" ]] || die "received munge key does not match $M/key.sha256"
 }
 

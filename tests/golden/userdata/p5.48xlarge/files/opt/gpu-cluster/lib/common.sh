@@ -134,7 +134,13 @@ svc() {
     esac
   else
     case $1 in
-      start | restart | enable) systemctl "$1" "$2" ;;
+      # --no-block: a unit ordered after cloud-init's own jobs cannot deadlock the boot;
+      # the wait stays bounded and names the unit.
+      start | restart)
+        systemctl --no-block "$1" "$2"
+        wait_for 120 "systemd unit $2 to become active" systemctl is-active --quiet "$2"
+        ;;
+      enable) systemctl enable --quiet "$2" ;;
       active) systemctl is-active --quiet "$2" ;;
     esac
   fi

@@ -130,6 +130,20 @@ def figures_of(records):
             vals.setdefault(f"{r['step']}.{r['figure']}", []).append(r['value'])
     return {k: round(statistics.median(v), 2) for k, v in sorted(vals.items())}
 
+def groups(records):
+    out = {}
+    for r in records:
+        if r['step'] in PAIR_STEPS and r['verdict'] != 'SKIPPED' and r.get('kind'):
+            g = out.setdefault(r['kind'], {}).setdefault(r['step'], {'GO': 0, 'NO-GO': 0, 'values': []})
+            g[r['verdict']] += 1
+            if r.get('value') is not None:
+                g['values'].append(r['value'])
+    for steps in out.values():
+        for g in steps.values():
+            vals = g.pop('values')
+            g['median'] = round(statistics.median(vals), 2) if vals else None
+    return out
+
 def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None):
     meta = load_json(os.path.join(run_dir, 'run.json'), {})
     records = []
@@ -140,7 +154,7 @@ def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None
         pass
     nogo = [r for r in records if r['verdict'] == 'NO-GO']
     bad = blame(records)
-    report = {'run_id': meta.get('run_id', os.path.basename(run_dir.rstrip('/'))), 'job_id': meta.get('job_id'), 'cluster': config['cluster_name'], 'instance_type': config['instance_type'], 'nodes': meta.get('nodes', []), 'started': meta.get('started'), 'finished': now or _now(), 'thresholds': config['thresholds'], 'baseline_margin': config.get('baseline_margin'), 'steps': records, 'blamed_nodes': bad, 'skipped': [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r['verdict'] == 'SKIPPED'], 'verdict': 'NO-GO' if nogo or not records else 'GO'}
+    report = {'run_id': meta.get('run_id', os.path.basename(run_dir.rstrip('/'))), 'job_id': meta.get('job_id'), 'cluster': config['cluster_name'], 'instance_type': config['instance_type'], 'nodes': meta.get('nodes', []), 'started': meta.get('started'), 'finished': now or _now(), 'thresholds': config['thresholds'], 'baseline_margin': config.get('baseline_margin'), 'steps': records, 'blamed_nodes': bad, 'pair_groups': groups(records), 'skipped': [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r['verdict'] == 'SKIPPED'], 'verdict': 'NO-GO' if nogo or not records else 'GO'}
     if not records:
         report['reasons'] = ['no step recorded: the job died before its first step']
     base_path = os.path.join(root, 'baseline.json')
@@ -178,6 +192,8 @@ def summary(report):
         out.extend((f'           note: {n}' for n in r.get('notes', [])))
     for why in report.get('reasons', []):
         out.append(f'  NO-GO: {why}')
+    for kind, steps in sorted(report.get('pair_groups', {}).items()):
+        out.append(f'  pairs {kind}: ' + ', '.join((f"{step} median {g['median']} ({g['GO']} GO, {g['NO-GO']} NO-GO)" for step, g in sorted(steps.items()))))
     for node, why in sorted(report['blamed_nodes'].items()):
         d = report['drained'].get(node)
         state = '' if d is None else ' -> drained' if d['rc'] == 0 else f" -> drain FAILED: {d['stderr']}"
