@@ -62,7 +62,8 @@ def build(cfg: ClusterConfig, region: str) -> BuildResult:
     tags = {**cfg.tags, "GpuClusterName": name}
 
     net = Network(name, NetworkArgs(cluster_name=name, availability_zone=cfg.network.availability_zone,
-                                    subnet_id=cfg.network.subnet_id, vpc_cidr=cfg.network.vpc_cidr, tags=tags))
+                                    subnet_id=cfg.network.subnet_id, vpc_cidr=cfg.network.vpc_cidr,
+                                    region=region, tags=tags))
     sg = NodeSecurityGroup(name, NodeSecurityGroupArgs(cluster_name=name, vpc_id=net.vpc_id, tags=tags))
     fsx = FileSystem(name, FileSystemArgs(cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id,
                                           security_group_id=sg.security_group_id, tags=tags))

@@ -3,8 +3,8 @@
 EFA OS-bypass traffic is not routable, so all EFA peers must share one subnet and AZ
 (FACTS 2.4). Either an existing subnet is used (its AZ is checked against the config
 before any resource is declared, `check_existing_subnet`), or a minimal VPC is created:
-a private subnet for the nodes and FSx, and a public subnet holding only the NAT
-gateway that gives the nodes egress for SSM and package/image pulls. Nodes cannot sit
+a private subnet for the nodes and FSx, a public subnet holding only the NAT gateway
+that gives the nodes egress for SSM and package/image pulls, and an S3 gateway endpoint. Nodes cannot sit
 in a public subnet: instances with several network interfaces cannot get an
 auto-assigned public IP (FACTS 2.3).
 """
@@ -55,6 +55,7 @@ class NetworkArgs:
     availability_zone: str
     subnet_id: str | None = None
     vpc_cidr: str = "10.0.0.0/16"
+    region: str = "us-east-1"  # for the S3 gateway endpoint's service name
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -108,5 +109,10 @@ class Network(pulumi.ComponentResource):
                       destination_cidr_block="0.0.0.0/0", nat_gateway_id=nat.id, opts=child)
         aws.ec2.RouteTableAssociation(f"{name}-private-assoc", route_table_id=private_rt.id,
                                       subnet_id=private.id, opts=child)
+        # S3 through a gateway endpoint (free) instead of the NAT gateway (billed per GB):
+        # the user-data payload, datasets and checkpoints the nodes read from S3.
+        aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=vpc.id, service_name=f"com.amazonaws.{args.region}.s3",
+                            vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id],
+                            tags=tags("s3"), opts=child)
         self.vpc_id = vpc.id
         self.subnet_id = private.id

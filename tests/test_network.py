@@ -15,7 +15,7 @@ TAGS = {"GpuClusterName": "c1", "team": "ml"}
 def created():
     def program():
         net = Network("c1", NetworkArgs(cluster_name="c1", availability_zone="us-east-2b",
-                                        vpc_cidr="10.40.0.0/16", tags=TAGS))
+                                        vpc_cidr="10.40.0.0/16", region="us-east-2", tags=TAGS))
         return pulumi.Output.all(net.vpc_id, net.subnet_id)
     return run_component(program)
 
@@ -43,6 +43,7 @@ def test_created_vpc_children(created):
         ("aws:ec2/subnet:Subnet", "c1-private"),
         ("aws:ec2/subnet:Subnet", "c1-public"),
         ("aws:ec2/vpc:Vpc", "c1-vpc"),
+        ("aws:ec2/vpcEndpoint:VpcEndpoint", "c1-s3"),
     ]
     for typ, name in created.custom():
         assert created.parent_type(typ, name) == "gpu-cluster:index:Network"
@@ -65,6 +66,9 @@ def test_created_vpc_inputs(created):
     assert priv_route["destinationCidrBlock"] == pub_route["destinationCidrBlock"] == "0.0.0.0/0"
     assert priv_route["natGatewayId"].startswith("nat-") and "gatewayId" not in priv_route
     assert pub_route["gatewayId"].startswith("igw-")
+    s3 = created.inputs("aws:ec2/vpcEndpoint:VpcEndpoint", "c1-s3")
+    assert s3["serviceName"] == "com.amazonaws.us-east-2.s3" and s3["vpcEndpointType"] == "Gateway"
+    assert s3["routeTableIds"] == [created.inputs("aws:ec2/route:Route", "c1-private-default")["routeTableId"]]
 
 
 def test_created_vpc_outputs_private_subnet(created):

@@ -123,8 +123,8 @@ def test_prod_resources(prod):
     assert [n for t, n in custom if t == ASG] == ["prod-block-a", "prod-block-b", "prod-controller"]
     assert ("aws:ec2/natGateway:NatGateway", "prod-nat") in custom
     assert ("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "prod-s3") in custom
-    # 12 network, 5 security group, 2 FSx, 3 payload, 4 IAM, 1 template, 3 groups
-    assert len(custom) == 30
+    # 13 network, 5 security group, 2 FSx, 3 payload, 4 IAM, 1 template, 3 groups
+    assert len(custom) == 31
 
 
 def test_prod_blocks_and_sizes(prod):
@@ -179,3 +179,21 @@ def test_missing_region_is_a_config_error():
     with pytest.raises(pulumi.RunError) as exc:
         run_program(raw, region=None)
     assert str(exc.value).startswith("aws:region: required")
+
+
+def test_inline_user_data_needs_no_payload(monkeypatch):
+    """When the node files fit inline, no bucket, object or extra IAM permission exists."""
+    import userdata.render as ud
+
+    def small(cfg, spec, fsx, payload_uri=None, **kw):
+        return ud.NodeFiles(user_data=f"#cloud-config\n# {fsx.dns_name} {fsx.mount_name}\n".encode(),
+                            files={"/etc/gpu-cluster/cluster.env": b"X=1\n"})
+
+    monkeypatch.setattr(ud, "render_userdata", small)
+    raw, region = stack_config("dev")
+    run = run_program(raw, region)
+    types = {t for t, _ in run.custom()}
+    assert not any(t.startswith("aws:s3/") for t in types) and "aws:iam/rolePolicy:RolePolicy" not in types
+    user_data = base64.b64decode(run.inputs(LT, "dev-lt")["userData"])
+    assert user_data == b"#cloud-config\n# fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com abcdefgh\n"
+    assert run.value["user_data_payload_bucket"] is None
