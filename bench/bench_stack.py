@@ -14,9 +14,10 @@ minimum is the least disturbed by other work on the machine (timeit's convention
              stack evaluation time users wait for, and the 1.5x criterion.
   eval s     only the evaluation inside an already warm process (no imports): the
              marginal cost of the resources themselves.
-Nodes come from one Auto Scaling group per block, so the resource count grows with
-blocks (one launch template + one group each), never with nodes: 64 nodes in one block
-cost the same as 2.
+Nodes come from one Auto Scaling group per block and one launch template for the
+cluster, so the resource count grows by one group per block, never with nodes: 64 nodes
+in one block cost the same as 2. Both columns include the user-data render (twice: the
+payload decision and the real render), a fixed cost.
 """
 
 from __future__ import annotations
