@@ -197,3 +197,27 @@ def test_inline_user_data_needs_no_payload(monkeypatch):
     user_data = base64.b64decode(run.inputs(LT, "dev-lt")["userData"])
     assert user_data == b"#cloud-config\n# fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com abcdefgh\n"
     assert run.value["user_data_payload_bucket"] is None
+
+
+def test_main_exports_every_output():
+    """`pulumi up` runs infra.stack.main(): every BuildResult output becomes a stack output."""
+    import json as _json
+
+    from infra.render import PlanMocks, run_with_mocks
+    from pulumi.runtime.settings import get_root_resource
+
+    raw, region = stack_config("dev")
+
+    def program():
+        from infra.stack import main
+
+        main()
+        return pulumi.Output.from_input(sorted(get_root_resource().outputs))
+
+    exported, _ = run_with_mocks(program, PlanMocks(region, subnet_az="us-east-2b"),
+                                 config={"gpu-cluster:cluster": _json.dumps(raw), "aws:region": region})
+    assert exported == sorted([
+        "capacity_block_ids", "cluster_name", "controller_asg_name", "controller_instance_id_command",
+        "controller_ssm_command", "fsx_dns_name", "fsx_mount_name", "launch_template_id",
+        "launch_template_version", "node_groups", "region", "security_group_id", "subnet_id",
+        "user_data_payload_bucket", "validation_results_path"])
