@@ -351,6 +351,46 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
     return problems
 
 
+def _section(path: str) -> str:
+    """Top-level key a problem path belongs to ('' for the root itself)."""
+    return path.removeprefix(ROOT).lstrip(".").split(".")[0].split("[")[0]
+
+
+# Valid stand-ins for sections that failed shape validation (or are missing).
+_STAND_INS = {"name": "stand-in", "instance_type": SUPPORTED_INSTANCE_TYPES[0],
+              "network": {"availability_zone": "us-east-1a"}, "capacity": {"nodes": 2}}
+
+
+def _semantic_errors_beside(raw: dict, shape: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Meaning errors of the sections that passed shape validation, so a typo in one
+    section does not hide a wrong node count in another: every problem at once.
+
+    Sections with shape errors are replaced by valid stand-ins, and only problems that
+    depend on well-formed sections are kept (block AZs need a well-formed network).
+    """
+    bad = {_section(path) for path, _ in shape}
+    stand_in = {}
+    for key in ClusterConfig.model_fields:
+        if key in raw and key not in bad:
+            stand_in[key] = raw[key]
+        elif key in _STAND_INS:
+            stand_in[key] = _STAND_INS[key]
+    try:
+        cfg = ClusterConfig.model_validate(stand_in)
+    except ValidationError:
+        return []
+    reported = {path for path, _ in shape}
+    kept = []
+    for path, message in _semantic_errors(cfg):
+        section = _section(path)
+        if section in bad or section not in raw or path in reported:
+            continue
+        if "network" in bad and path.endswith(".availability_zone"):
+            continue
+        kept.append((path, message))
+    return kept
+
+
 def parse_config(raw: Any) -> ClusterConfig:
     """Validate the raw `gpu-cluster:cluster` object; raise ConfigError with every problem."""
     if not isinstance(raw, dict):
@@ -358,7 +398,8 @@ def parse_config(raw: Any) -> ClusterConfig:
     try:
         cfg = ClusterConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_pydantic_problems(err)) from None
+        shape = _pydantic_problems(err)
+        raise ConfigError(shape + _semantic_errors_beside(raw, shape)) from None
     problems = _semantic_errors(cfg)
     if problems:
         raise ConfigError(problems)

@@ -147,3 +147,23 @@ def test_first_block_holding_only_the_controller_is_used():
         ("a", "cr-0123456789abcdef0", 1, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b"))}
     cfg = parse_config(raw)
     assert [(g.name, g.size) for g in cfg.node_groups()] == [("controller", 1), ("block-a", 0), ("block-b", 2)]
+
+
+def test_shape_errors_do_not_hide_meaning_errors_elsewhere():
+    raw = valid_raw()
+    raw["fsx"] = {"sise": 1}  # shape error in fsx
+    raw["capacity"]["nodes"] = 9  # meaning error in capacity
+    raw["image"] = {"ami_id": "ami-0123456789abcdef0", "ssm_parameter": "/x"}  # meaning error in image
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    assert [p for p, _ in exc.value.problems] == [
+        f"{R}.fsx.sise", f"{R}.capacity.nodes", f"{R}.image.ssm_parameter"]
+
+
+def test_bad_network_does_not_invent_block_az_errors():
+    raw = valid_raw()
+    raw["network"]["availability_zone"] = "nowhere"
+    raw["capacity"]["nodes"] = 3
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    assert [p for p, _ in exc.value.problems] == [f"{R}.network.availability_zone", f"{R}.capacity.nodes"]
