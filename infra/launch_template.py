@@ -90,6 +90,11 @@ def render_user_data(cfg: ClusterConfig, spec: InstanceSpec, dns_name: pulumi.In
     return pulumi.Output.all(dns_name, mount_name, payload_bucket).apply(render)
 
 
+_EDGE = ("the rendered user data sits within a few bytes of the inline budget (userdata/render.py "
+         "INLINE_BUDGET), so the S3 payload decision made before FSx existed does not hold for the real "
+         "FSx endpoint; move the budget or the node files so the render is clearly on one side")
+
+
 def encode_user_data(node_files) -> str:
     """Base64 of the exact bytes: LaunchTemplate.user_data is not encoded by the provider."""
     return base64.b64encode(node_files.user_data).decode("ascii")
@@ -98,15 +103,14 @@ def encode_user_data(node_files) -> str:
 def encode_inline_user_data(node_files) -> str:
     """As encode_user_data, for a render planned without a payload (see needs_s3_payload)."""
     if node_files.s3_payload is not None:
-        # Only when the real FSx endpoint renders larger than the probe, at the budget edge.
-        raise RuntimeError("the node files outgrew the inline user data after all; run `pulumi up` again")
+        # The probe and the real endpoint compress a few bytes apart: only at the budget edge.
+        raise RuntimeError(_EDGE)
     return encode_user_data(node_files)
 
 
 def require_payload(node_files):
     if node_files.s3_payload is None:
-        # Only when the real endpoint renders smaller than the probe crossed the budget.
-        raise RuntimeError("the node files fit inline after all; run `pulumi up` again")
+        raise RuntimeError(_EDGE)
     return node_files.s3_payload
 
 

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import yaml
 
 from infra.config import CONFIG_KEY, CONFIG_NAMESPACE
@@ -64,13 +65,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _mocks_base():
-    import pulumi
-
-    return pulumi.runtime.Mocks
-
-
-class PlanMocks(_mocks_base()):
+class PlanMocks(pulumi.runtime.Mocks):
     """Deterministic ids and outputs; records every resource and invoke."""
 
     def __init__(self, region: str, subnet_az: str | None = None, subnet_vpc: str = "vpc-0a1b2c3d4e5f60718"):
@@ -132,7 +127,6 @@ def run_with_mocks(program, mocks: "PlanMocks", stack: str = "dev", config: dict
     Waits for every registration, then returns (resolved value, urn lookup) where the
     lookup maps "name|type" to the resource's URN (which carries its parent's type).
     """
-    import pulumi
     from pulumi.runtime.mocks import MockMonitor
     from pulumi.runtime.settings import SETTINGS
     from pulumi.runtime.stack import run_pulumi_func
@@ -160,8 +154,6 @@ def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az
     Returns (mocks, urns, outputs, node_files). Raises pulumi.RunError for bad config.
     `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ).
     """
-    import pulumi
-
     if subnet_az is None and isinstance(raw_cluster, dict):
         subnet_az = (raw_cluster.get("network") or {}).get("availability_zone")
     mocks = PlanMocks(region or "us-east-1", subnet_az=subnet_az)
@@ -273,9 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a config value (path relative to gpu-cluster:cluster); repeatable")
     args = parser.parse_args(argv)
-
-    import pulumi
-
     try:
         render(args.stack, args.out, args.overrides)
     except pulumi.RunError as err:
