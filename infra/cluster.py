@@ -55,7 +55,12 @@ def preflight(cfg: ClusterConfig) -> None:
         raise ConfigError(problems)
 
 
-def build(cfg: ClusterConfig, region: str) -> BuildResult:
+def build(cfg: ClusterConfig, region: str | None = None) -> BuildResult:
+    """Declare the cluster. `region` defaults to the stack's `aws:region`."""
+    if region is None:
+        from infra.stack import aws_region
+
+        region = aws_region()
     preflight(cfg)
     name = cfg.name
     spec = cfg.spec
