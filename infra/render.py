@@ -227,7 +227,9 @@ def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) 
             r["inputs"] = {**r["inputs"], "contentBase64": summary}
         resources.append(r)
     resources.sort(key=lambda r: (r["urn"] or "", r["type"], r["name"]))
-    plan = {"stack": stack, "region": region, "resources": resources, "outputs": outputs}
+    plan = {"generated_by": f"python -m infra.render --stack {stack} (infra/render.py, Pulumi mocks); do not edit",
+            "stack": stack, "region": region, "overrides": list(overrides), "resources": resources,
+            "outputs": outputs}
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
