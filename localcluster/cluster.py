@@ -313,6 +313,13 @@ class LocalCluster:
         role = old.role
         self.out(f"destroying {hostname} ({old.instance_id}, {old.ip})")
         self.c.kill_node(old)
+        if role != "controller":
+            # A destroyed dynamic node stays "idle" in slurmctld until SlurmdTimeout and
+            # jobs would be sent to it; the replace command removes it, as an operator would.
+            r = self.ctl("scontrol", "delete", f"nodename={hostname}")
+            if r.returncode != 0:
+                self.ctl("scontrol", "update", f"nodename={hostname}", "state=down", "reason=destroyed")
+            self.out(f"removed {hostname} from Slurm (scontrol delete nodename={hostname})")
         w = self.launch(role)
         self.out(f"launched {w.node.hostname} ({w.node.instance_id}, {w.node.ip}) from the same user data")
         self.watch([w], timeout=timeout)

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import threading
 import time
 import urllib.error
@@ -27,7 +28,7 @@ import pytest
 import yaml
 
 from localcluster import imds, profile
-from localcluster.cluster import OVERRIDES, boot_command, overrides_env
+from localcluster.cluster import ENTRY_POINT, OVERRIDES, boot_command, overrides_env
 
 # ---------------------------------------------------------------------------------
 # IMDSv2 stand-in
@@ -157,3 +158,191 @@ def test_test_profile_is_measured_from_slurmd_c_without_gpus():
     assert (spec.vcpus, spec.sockets, spec.cores_per_socket, spec.threads_per_core) == (8, 2, 2, 2)
     assert (spec.gpus, spec.efa_count, spec.memory_mib) == (0, 0, 32000)
     assert spec.real_memory_mib < 32000
+
+
+# ---------------------------------------------------------------------------------
+# real daemons: a 3-node cluster from the rendered user data, and four faults
+# ---------------------------------------------------------------------------------
+NAME, SUBNET, NODES = "lctest", 1, 3
+
+
+def _can_run_cluster() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (namespaces, mounts)"
+    for tool in ("slurmctld", "slurmd", "srun", "munged", "unshare", "nsenter", "ip", "openssl", "curl"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (make deps installs Debian's packages)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = _can_run_cluster()
+    if why:
+        pytest.skip(why)
+    from localcluster.cluster import LocalCluster
+
+    lines: list[str] = []
+    LocalCluster(NAME, SUBNET, out=lines.append).c.down()  # leftovers of an aborted run
+    lc = LocalCluster(NAME, SUBNET, out=lines.append)
+    try:
+        lc.up(NODES, timeout=240)
+        assert lc.validation_job(timeout=120) is not None, "first-boot validation job did not finish"
+        yield lc
+    except BaseException:
+        print("\n".join(lines))
+        raise
+    finally:
+        lc.c.down()
+        _assert_nothing_left(lc)
+
+
+def _assert_nothing_left(lc) -> None:
+    from localcluster.nodes import NETNS_DIR
+    leftovers = [ns for ns in (os.listdir(NETNS_DIR) if NETNS_DIR.is_dir() else []) if ns.startswith(f"gcl-{NAME}-")]
+    assert leftovers == [], f"network namespaces left: {leftovers}"
+    assert not lc.c.root.exists(), f"{lc.c.root} left behind"
+    cg = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/gcl-{NAME}-*")]
+    assert cg == [], f"cgroups left: {cg}"
+
+
+def _live(lc) -> list[str]:
+    return sorted(lc.c.nodes)
+
+
+def _srun_all(lc) -> list[str]:
+    n = len(lc.c.nodes)
+    r = lc.ctl("srun", f"-N{n}", "--time=1", "hostname", timeout=120)
+    assert r.returncode == 0, r.stderr
+    return sorted(r.stdout.split())
+
+
+def _boot_log(node) -> str:
+    p = node.upper("/var/log/gpu-cluster/boot.log")
+    return p.read_text(errors="replace") if p.exists() else ""
+
+
+def _status(node) -> dict:
+    return json.loads(node.upper("/var/lib/gpu-cluster/status").read_text())
+
+
+def _job_state(lc, job: str) -> str:
+    out = lc.ctl("scontrol", "show", "job", job).stdout
+    m = re.search(r"JobState=(\S+)", out)
+    return m.group(1) if m else f"unknown: {out.strip()[:200]}"
+
+
+def _wait_job(lc, job: str, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout=60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = _job_state(lc, job)
+        if st in states:
+            return st
+        time.sleep(0.3)
+    return _job_state(lc, job)
+
+
+def _sbatch(lc, *args: str) -> str:
+    r = lc.ctl("sbatch", "--parsable", "-o", "/dev/null", *args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split(";")[0]
+
+
+def _in_slurm(lc, hostname: str) -> bool:
+    return lc.ctl("scontrol", "show", "node", hostname).returncode == 0
+
+
+@pytest.mark.localcluster
+def test_every_node_booted_every_step_and_runs_jobs(cluster):
+    for w in cluster.watches.values():
+        assert w.rc == 0, _boot_log(w.node)[-2000:]
+        assert [s.step for s in w.steps][:5] == ["10-identity", "20-packages", "30-fsx", "40-munge", "50-slurm"]
+        assert all(s.state == "ok" for s in w.steps)
+        assert _status(w.node)["state"] == "ok"
+    assert _srun_all(cluster) == _live(cluster)
+    report = cluster.validation_report(timeout=30)
+    assert "GO      pmix" in report
+    for gate in ("single", "all_reduce", "torch_all_reduce", "pingpong"):
+        assert re.search(rf"SKIPPED {gate} ", report), report
+
+
+@pytest.mark.localcluster
+def test_fsx_missing_at_boot_fails_the_mount_step_fast_and_never_registers(cluster):
+    w = cluster.launch("worker", fsx=False)
+    t0 = time.monotonic()
+    cluster.watch([w], timeout=120)
+    try:
+        assert w.rc not in (0, None), "a node without /fsx finished its boot"
+        assert time.monotonic() - t0 < 60
+        failed = [s for s in w.steps if s.state == "failed"]
+        assert [s.step for s in failed] == ["30-fsx"]
+        assert failed[0].seconds <= 5
+        st = _status(w.node)
+        assert (st["step"], st["state"]) == ("30-fsx", "failed")
+        assert "/fsx is not a mount point" in st["reason"]
+        assert "FAILED 30-fsx" in _boot_log(w.node)
+        assert not _in_slurm(cluster, w.node.hostname)
+        assert w.node.hostname not in cluster.node_states()
+    finally:
+        cluster.c.kill_node(w.node)
+        cluster.watches.pop(w.node.hostname, None)
+
+
+@pytest.mark.localcluster
+def test_destroyed_worker_is_replaced_from_the_same_user_data(cluster):
+    old = next(n for n in cluster.c.nodes.values() if n.role == "worker")
+    key = cluster.c.controller().upper("/etc/munge/munge.key").read_bytes()
+    w = cluster.replace(old.hostname, timeout=240)
+    new = w.node
+    assert w.rc == 0, _boot_log(new)[-3000:]
+    assert (new.ip, new.hostname, new.instance_id) != (old.ip, old.hostname, old.instance_id)
+    assert not Path(old.dir).exists()
+    log = _boot_log(new)
+    # The key came through the join path: a certificate request, an encrypted answer.
+    assert f"requesting the cluster's munge key through /fsx/.gpu-cluster/{NAME}/munge/requests/{new.instance_id}.pem" in log
+    assert new.upper("/etc/munge/munge.key").read_bytes() == key
+    # ... and nothing on /fsx holds the key in the clear, nor is a request left over.
+    for p in cluster.c.fsx_dir.rglob("*"):
+        if p.is_file():
+            assert key not in p.read_bytes(), f"plaintext munge key in {p}"
+            assert p.name != "munge.key", p
+    munge_dir = cluster.c.fsx_dir / ".gpu-cluster" / NAME / "munge"
+    assert sorted(p.name for p in (munge_dir / "requests").iterdir()) == []
+    assert sorted(p.name for p in (munge_dir / "responses").iterdir()) == []
+    cluster.wait_idle(len(cluster.c.nodes), timeout=60)
+    assert _srun_all(cluster) == _live(cluster)
+    assert new.hostname in _live(cluster) and old.hostname not in _live(cluster)
+
+
+@pytest.mark.localcluster
+def test_restarted_controller_still_knows_queued_and_finished_jobs(cluster):
+    ctl = cluster.c.controller()
+    done = _sbatch(cluster, "-N1", "--wrap", "hostname")
+    assert _wait_job(cluster, done) == "COMPLETED"
+    held = _sbatch(cluster, "--hold", "-N1", "--wrap", "hostname")
+    assert _job_state(cluster, held) == "PENDING"
+    pid = cluster.c.run(ctl, ["cat", "/run/gpu-cluster/slurmctld.pid"]).stdout.strip()
+    assert pid.isdigit()
+    cluster.c.run(ctl, ["kill", pid])
+    deadline = time.monotonic() + 60  # slurmctld saves its state on SIGTERM, then exits
+    while cluster.c.run(ctl, ["kill", "-0", pid]).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert "is UP" not in cluster.ctl("scontrol", "ping", timeout=30).stdout
+    # The whole entry point again: every step converges; 50-slurm starts slurmctld,
+    # which reads its state back from /fsx (StateSaveLocation).
+    offset = len(_boot_log(ctl))
+    proc = cluster.c.start_boot(ctl, ENTRY_POINT)
+    try:
+        rc = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        rc = "still running after 120s"
+    ctld_log = ctl.upper("/var/log/slurm/slurmctld.log")
+    assert rc == 0, _boot_log(ctl)[offset:][-3000:] + (ctld_log.read_text()[-2000:] if ctld_log.exists() else "")
+    assert "is UP" in cluster.ctl("scontrol", "ping").stdout
+    assert _job_state(cluster, done) == "COMPLETED"
+    assert _job_state(cluster, held) == "PENDING"
+    assert "JobHeldUser" in cluster.ctl("scontrol", "show", "job", held).stdout
+    cluster.ctl("scontrol", "release", held)
+    assert _wait_job(cluster, held) == "COMPLETED"
+    cluster.wait_idle(len(cluster.c.nodes), timeout=60)
+    assert _srun_all(cluster) == _live(cluster)
