@@ -221,3 +221,18 @@ def test_main_exports_every_output():
         "controller_ssm_command", "fsx_dns_name", "fsx_mount_name", "launch_template_id",
         "launch_template_version", "node_groups", "region", "security_group_id", "subnet_id",
         "user_data_payload_bucket", "validation_results_path"])
+
+
+def test_node_count_changes_groups_not_templates_or_user_data(dev):
+    """1024 nodes in 16 blocks: 17 groups, still one template with the dev user data."""
+    raw, region = stack_config("dev")
+    raw["capacity"] = {"nodes": 1024, "capacity_blocks": [
+        {"name": f"b{i:02d}", "reservation_id": f"cr-{i:017x}", "instance_count": 64,
+         "availability_zone": "us-east-2b"} for i in range(16)]}
+    big = run_program(raw, region)
+    asgs = big.of_type(ASG)
+    assert len(asgs) == 17 and len(big.of_type(LT)) == 1
+    assert sum(a["inputs"]["desiredCapacity"] for a in asgs) == 1024
+    assert {a["inputs"]["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"][0]
+            for a in asgs} == {f"cr-{i:017x}" for i in range(16)}
+    assert big.inputs(LT, "dev-lt")["userData"] == dev.inputs(LT, "dev-lt")["userData"]
