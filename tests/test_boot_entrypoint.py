@@ -419,3 +419,39 @@ def test_identity_rejects_bad_tags(box, imds, monkeypatch, key, value, reason):
     r = _identity_boot(box, imds)
     assert r.returncode == 1
     assert box.status()["reason"].startswith(reason), box.status()["reason"]
+
+
+# --- direct mode services (pid files under GPU_CLUSTER_RUN) -------------------------------
+
+def _svc(box: Sandbox, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", f'set -euo pipefail; . "{COMMON}"; {script}'], capture_output=True, text=True,
+                          env=box.env(GPU_CLUSTER_SERVICE_MANAGER="direct", GC_WAIT_INTERVAL="1"), timeout=60)
+
+
+def test_direct_mode_start_active_restart_stop(box):
+    fake = box.home / "lib" / "munge-responder.sh"
+    fake.write_text("#!/bin/bash\nwhile true; do sleep 0.2; done\n")
+    fake.chmod(0o755)
+    name = "gpu-cluster-munge-responder"
+    try:
+        assert _svc(box, f"svc start {name}").returncode == 0
+        pid = (box.run_dir / f"{name}.pid").read_text().strip()
+        assert _svc(box, f"svc active {name}").returncode == 0
+        assert _svc(box, f"svc start {name}").returncode == 0  # already running: same process
+        assert (box.run_dir / f"{name}.pid").read_text().strip() == pid
+        assert _svc(box, f"svc restart {name}").returncode == 0
+        assert (box.run_dir / f"{name}.pid").read_text().strip() != pid
+        r = _svc(box, f"svc enable {name}")
+        assert r.returncode == 0 and "SKIPPED: enable" in r.stdout
+    finally:
+        _svc(box, f"direct_stop {name}")
+    assert _svc(box, f"svc active {name}").returncode != 0
+
+
+def test_direct_mode_daemon_that_dies_fails_with_its_log(box):
+    fake = box.home / "lib" / "munge-responder.sh"
+    fake.write_text("#!/bin/bash\necho 'fatal: no key'\nexit 1\n")
+    fake.chmod(0o755)
+    r = _svc(box, "GC_REASON_FILE=/dev/stderr svc start gpu-cluster-munge-responder")
+    assert r.returncode == 1
+    assert "exited right after starting" in r.stderr and "fatal: no key" in r.stderr

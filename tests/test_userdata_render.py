@@ -250,6 +250,7 @@ def test_every_boot_script_is_covered():
     mine = [p for p in SCRIPTS if p.startswith(("/opt/gpu-cluster/bin/gpu-cluster-boot", "/opt/gpu-cluster/steps/"))]
     assert len(mine) == 12
     assert "/opt/gpu-cluster/lib/common.sh" in SCRIPTS and "/opt/gpu-cluster/bin/gpu-cluster-fetch" in SCRIPTS
+    assert "/var/lib/cloud/scripts/per-boot/gpu-cluster-boot.sh" in SCRIPTS
 
 
 @pytest.mark.parametrize("path", sorted(SCRIPTS))
@@ -264,7 +265,8 @@ def test_script_bash_n(path, tmp_path):
 def test_shellcheck_boot_templates():
     # The template tree keeps the layout the `source` directives point at.
     tree = Path(render.TEMPLATE_DIR)
-    files = sorted(str(p) for p in tree.rglob("*") if p.is_file() and p.parent.name in ("bin", "steps", "lib"))
+    files = sorted(str(p) for p in tree.rglob("*") if p.is_file()
+                   and (p.parent.name in ("bin", "steps", "lib") or p.suffix == ".sh"))
     r = subprocess.run(["shellcheck", "-x", "-s", "bash", *files], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
 

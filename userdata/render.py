@@ -84,6 +84,7 @@ _PLACED = {
     "conf/enroot-tmpfiles.conf": f"{HOME}/templates/enroot-tmpfiles.conf",
     "system/limits-memlock.conf": LIMITS_FILE,
     "system/gpu-cluster-munge-responder.service": "/etc/systemd/system/gpu-cluster-munge-responder.service",
+    "system/per-boot.sh": "/var/lib/cloud/scripts/per-boot/gpu-cluster-boot.sh",
 }
 _EXECUTABLE_DIRS = (f"{HOME}/bin/", f"{HOME}/steps/")
 

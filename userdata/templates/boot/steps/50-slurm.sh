@@ -6,7 +6,8 @@
 # slurmd -C must agree with the configured node (check-slurmd-c.sh prints both lines);
 # the controller starts slurmctld; every node starts a dynamic slurmd
 # (`slurmd -Z --conf "NodeAddr=<this IPv4> ..."`, no slurm.conf edit for a replacement)
-# and the step waits until slurmctld lists this node at that address.
+# and the step waits until slurmctld lists this node at that address. When a replaced
+# controller publishes a new address, the munge responder re-runs this step on workers.
 # Prerequisites: steps 10, 20, 30, 40 (munge Success).
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -28,9 +29,16 @@ install_if_changed() {
 }
 
 ctld_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+# registered: slurmctld lists this node at its IPv4, responding, and (when slurmd was
+# just started) registered by that new slurmd, not remembered from before.
+STARTED_AT=0
 registered() {
-  scontrol show node "$NODE_NAME" 2>/dev/null | grep -q "NodeAddr=$NODE_ADDR " &&
-    ! scontrol show node "$NODE_NAME" | grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN|INVALID)'
+  local info since
+  info=$(scontrol show node "$NODE_NAME" 2>/dev/null) || return 1
+  grep -q "NodeAddr=$NODE_ADDR " <<<"$info" || return 1
+  ! grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN|INVALID)' <<<"$info" || return 1
+  since=$(grep -o 'SlurmdStartTime=[^ ]*' <<<"$info" | cut -d= -f2)
+  [[ $since =~ ^[0-9]{4}- ]] && (($(date -d "$since" +%s) >= STARTED_AT - 2))
 }
 
 publish_controller() {
@@ -45,8 +53,10 @@ main() {
   if is_controller; then publish_controller; else
     wait_for "$CONTROLLER_WAIT" "the controller to publish $FSX_ROOT/controller.env" test -s "$FSX_ROOT/controller.env"
   fi
+  # Use (and later record) one copy: the published file may change meanwhile.
+  cp "$FSX_ROOT/controller.env" "$GPU_CLUSTER_STATE/controller.env.using"
   # shellcheck source=/dev/null
-  . "$FSX_ROOT/controller.env"
+  . "$GPU_CLUSTER_STATE/controller.env.using"
   max=$((SLURM_MAX_NODES_FACTOR * GPU_CLUSTER_NODES + SLURM_MAX_NODES_SPARE))
   sed -e "s|@CONTROLLER_HOST@|$CONTROLLER_HOST|g" -e "s|@CONTROLLER_ADDR@|$CONTROLLER_ADDR|g" \
     -e "s|@MAX_NODES@|$max|g" "$SLURM_CONF_TEMPLATE" | install_if_changed /etc/slurm/slurm.conf 0644
@@ -65,6 +75,7 @@ main() {
   else
     wait_for "$CONTROLLER_WAIT" "slurmctld on $CONTROLLER_HOST ($CONTROLLER_ADDR) to answer (scontrol ping)" ctld_up
   fi
+  if ((CHANGED)) || ! svc active slurmd; then STARTED_AT=$(date +%s); fi
   if ((CHANGED)); then svc restart slurmd; else svc start slurmd; fi
   wait_for 300 "slurmctld to register $NODE_NAME at NodeAddr=$NODE_ADDR (scontrol show node)" registered
   if scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
@@ -74,6 +85,8 @@ main() {
     if [[ $GPU_CLUSTER_PACKAGES == preinstalled ]]; then skip "PMIx check (srun --mpi=list shows no pmix)"
     else die "srun --mpi=list does not list pmix: srun --mpi=pmix would fail"; fi
   fi
+  # The munge responder re-runs this step on workers when the published one changes.
+  mv -f "$GPU_CLUSTER_STATE/controller.env.using" "$GPU_CLUSTER_STATE/controller.env"
   log "$NODE_NAME registered with $CONTROLLER_HOST at $NODE_ADDR"
 }
 

@@ -85,9 +85,12 @@ is_controller() { [[ ${NODE_ROLE:-} == controller ]]; }
 fsx_root_ready() { mountpoint -q "$FSX_MOUNTPOINT" && [[ -d $FSX_ROOT && -w $FSX_ROOT ]]; }
 
 # --- services: systemd, or plain background processes (pid files) ------------------
+# direct_pid NAME: the pid of our running NAME (pid file, live, and still that program).
 direct_pid() {
-  local f="$GPU_CLUSTER_RUN/$1.pid" pid
-  [[ -r $f ]] && pid=$(<"$f") && kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+  local f="$GPU_CLUSTER_RUN/$1.pid" pid prog=$1
+  case $1 in munge) prog=munged ;; gpu-cluster-munge-responder) prog=munge-responder ;; esac
+  [[ -r $f ]] && pid=$(<"$f") && kill -0 "$pid" 2>/dev/null &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$prog" && printf '%s\n' "$pid"
 }
 
 direct_start() {
@@ -113,6 +116,8 @@ direct_start() {
     *) die "direct mode cannot start unknown service $name" ;;
   esac
   printf '%s\n' "$!" >"$GPU_CLUSTER_RUN/$name.pid"
+  sleep 1
+  direct_pid "$name" >/dev/null || die "$name exited right after starting; last lines of $log: $(tail -n 5 "$log" | tr '\n' ' ')"
 }
 
 direct_stop() {

@@ -5,6 +5,9 @@
 # answers join requests on /fsx (see munge-join.sh). The controller answers within
 # seconds; workers wait until a request is MUNGE_WORKER_MIN_AGE s old, so they only
 # step in when the controller is gone (replaced) and 1000 nodes do not race.
+# On workers it also follows a replaced controller: when FSX_ROOT/controller.env
+# differs from the one step 50 used, it re-runs `gpu-cluster-boot --only slurm` in the
+# background (never while another boot holds the lock).
 # Prerequisites: /etc/gpu-cluster/cluster.env, /var/lib/gpu-cluster/identity.env.
 set -euo pipefail
 : "${GPU_CLUSTER_ETC:=/etc/gpu-cluster}"
@@ -20,6 +23,14 @@ export GC_STEP=munge-responder
 # shellcheck source=lib/munge-join.sh
 . "$GPU_CLUSTER_HOME/lib/munge-join.sh"
 
+follow_controller() {
+  local published="$FSX_ROOT/controller.env" used="$GPU_CLUSTER_STATE/controller.env"
+  [[ -s $published && -s $used ]] && ! cmp -s "$published" "$used" || return 0
+  flock -n "$GPU_CLUSTER_RUN/boot.lock" true 2>/dev/null || return 0
+  log "the controller changed ($(tr '\n' ' ' <"$published")); re-running step 50-slurm"
+  setsid "$GPU_CLUSTER_HOME/bin/gpu-cluster-boot" --only slurm >/dev/null 2>&1 </dev/null &
+}
+
 main() {
   local interval=$MUNGE_CONTROLLER_INTERVAL min_age=0 n m="$FSX_ROOT/munge"
   load_identity
@@ -30,6 +41,7 @@ main() {
       n=$(mj_answer "$MUNGE_KEY" "$m/requests" "$m/responses" "$min_age")
       if ((n > 0)); then log "answered $n join request(s)"; fi
       mj_gc "$m/responses"
+      if ! is_controller; then follow_controller; fi
     fi
     sleep "$interval"
   done
