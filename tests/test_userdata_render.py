@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,13 @@ def config(nodes: int = 2, instance_type: str = "p5.48xlarge", **extra):
     })
 
 
+@lru_cache(maxsize=None)
+def rendered(instance_type: str = "p5.48xlarge", nodes: int = 2, uri: str | None = URI,
+             budget: int = render.INLINE_BUDGET):
+    """One render per distinct input (rendering is pure, so tests can share it)."""
+    return render_userdata(config(nodes, instance_type), CATALOG[instance_type], FSX, uri, inline_budget=budget)
+
+
 def parts(user_data: bytes) -> dict[str, bytes]:
     msg = email.message_from_bytes(gzip.decompress(user_data))
     assert msg.get_boundary() == render.BOUNDARY
@@ -59,8 +67,8 @@ def write_files(user_data: bytes) -> dict[str, tuple[bytes, str, str]]:
 @pytest.mark.parametrize("instance_type", SUPPORTED_INSTANCE_TYPES)
 def test_size_and_node_count_independence(instance_type):
     spec = CATALOG[instance_type]
-    small = render_userdata(config(2, instance_type), spec, FSX, URI)
-    large = render_userdata(config(1024, instance_type, capacity={"nodes": 1024}), spec, FSX, URI)
+    small = rendered(instance_type, 2)
+    large = render_userdata(config(1024, instance_type), spec, FSX, URI)
     assert len(small.user_data) <= render.INLINE_BUDGET < render.EC2_USER_DATA_LIMIT
     assert small.user_data == large.user_data  # bytes do not depend on the node count
     assert small.s3_payload == large.s3_payload and small.files == large.files
@@ -69,13 +77,13 @@ def test_size_and_node_count_independence(instance_type):
 
 
 def test_p5_at_2_and_1024_nodes_same_size_under_16k():
-    a = render_userdata(config(2), CATALOG["p5.48xlarge"], FSX, URI).user_data
-    b = render_userdata(config(1024), CATALOG["p5.48xlarge"], FSX, URI).user_data
+    a = rendered("p5.48xlarge", 2).user_data
+    b = rendered("p5.48xlarge", 1024).user_data
     assert len(a) == len(b) <= 16384
 
 
 def test_shape_fixed_boundary_two_parts():
-    ud = render_userdata(config(), CATALOG["p5.48xlarge"], FSX, URI).user_data
+    ud = rendered().user_data
     assert ud[:2] == b"\x1f\x8b" and ud[4:8] == b"\0\0\0\0"  # gzip, mtime 0
     p = parts(ud)
     assert list(p) == ["text/cloud-config", "text/x-shellscript"]
@@ -86,7 +94,7 @@ def test_shape_fixed_boundary_two_parts():
 # --- inline rendering (large budget): write_files carry exactly NodeFiles.files -------
 
 def test_inline_write_files_match_files_and_modes():
-    nf = render_userdata(config(), CATALOG["p5.48xlarge"], FSX, inline_budget=1 << 20)
+    nf = rendered(uri=None, budget=1 << 20)
     assert nf.s3_payload is None
     shipped = write_files(nf.user_data)
     assert set(shipped) == set(nf.files)
@@ -110,7 +118,7 @@ def test_inline_write_files_match_files_and_modes():
 # --- S3 overflow -------------------------------------------------------------------------
 
 def test_overflow_puts_bulk_in_checked_payload():
-    nf = render_userdata(config(), CATALOG["p5.48xlarge"], FSX, URI)
+    nf = rendered()
     assert nf.s3_payload is not None
     sha, tar = nf.s3_payload
     assert hashlib.sha256(tar).hexdigest() == sha
@@ -126,7 +134,7 @@ def test_overflow_puts_bulk_in_checked_payload():
 
 
 def test_overflow_without_uri_fails_loudly_at_boot():
-    nf = render_userdata(config(), CATALOG["p5.48xlarge"], FSX)
+    nf = rendered(uri=None)
     assert nf.s3_payload is not None
     script = parts(nf.user_data)["text/x-shellscript"].decode()
     assert "rendered without payload_uri" in script and "exit 1" in script
@@ -135,22 +143,23 @@ def test_overflow_without_uri_fails_loudly_at_boot():
 @pytest.fixture
 def fetch_env(tmp_path):
     """gpu-cluster-fetch with a fake `aws` on PATH serving s3://bucket/key from tmp."""
-    nf = render_userdata(config(), CATALOG["p5.48xlarge"], FSX, "s3://bucket/key", inline_budget=64)
+    nf = rendered(uri="s3://bucket/key", budget=64)
     sha, tar = nf.s3_payload
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "key").write_bytes(tar)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     aws = bindir / "aws"
-    aws.write_text(f'#!/bin/bash\n[ "$1 $2" = "s3 cp" ] || exit 2\nsrc=${{4#s3://bucket/}}\n'
-                   f'echo "$@" >>"{tmp_path}/aws.calls"\ncp "{tmp_path}/store/$src" "$5"\n')
+    # aws s3 cp [options] SRC DEST: the last two arguments
+    aws.write_text(f'#!/bin/bash\n[ "$1 $2" = "s3 cp" ] || exit 2\nsrc=${{@: -2:1}}\ndst=${{@: -1}}\n'
+                   f'echo "$@" >>"{tmp_path}/aws.calls"\ncp "{tmp_path}/store/${{src#s3://bucket/}}" "$dst"\n')
     aws.chmod(0o755)
     fetch = tmp_path / "gpu-cluster-fetch"
     fetch.write_bytes(nf.files[render.FETCH])
     fetch.chmod(0o755)
     dest = tmp_path / "root"
     dest.mkdir()
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "AWS_REGION": "us-east-2"}
     return nf, sha, fetch, dest, env, tmp_path
 
 
@@ -158,7 +167,7 @@ def test_fetch_unpacks_verified_payload(fetch_env):
     nf, sha, fetch, dest, env, tmp = fetch_env
     r = subprocess.run([str(fetch), "s3://bucket/key", sha, str(dest)], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert (tmp / "aws.calls").read_text().startswith("s3 cp --only-show-errors s3://bucket/key ")
+    assert (tmp / "aws.calls").read_text().startswith("s3 cp --only-show-errors --region us-east-2 s3://bucket/key ")
     boot = dest / "opt/gpu-cluster/bin/gpu-cluster-boot"
     assert boot.read_bytes() == nf.files["/opt/gpu-cluster/bin/gpu-cluster-boot"]
     assert os.access(boot, os.X_OK)
@@ -184,7 +193,7 @@ def test_fetch_file_uri_for_local_cluster(fetch_env):
 @pytest.mark.skipif(shutil.which("cloud-init") is None, reason="cloud-init not installed (apt-get install cloud-init)")
 @pytest.mark.parametrize("budget", [render.INLINE_BUDGET, 1 << 20], ids=["s3-bootstrap", "all-inline"])
 def test_cloud_config_schema(tmp_path, budget):
-    nf = render_userdata(config(), CATALOG["p5.48xlarge"], FSX, URI, inline_budget=budget)
+    nf = rendered(budget=budget)
     cc = tmp_path / "cloud-config.yaml"
     cc.write_bytes(parts(nf.user_data)["text/cloud-config"])
     r = subprocess.run(["cloud-init", "schema", "--config-file", str(cc)], capture_output=True, text=True)
@@ -199,7 +208,7 @@ def _env_of(text: bytes) -> dict[str, str]:
 
 
 def test_cluster_env_values():
-    nf = render_userdata(config(), CATALOG["p5.48xlarge"], FSX, URI)
+    nf = rendered()
     env = _env_of(nf.files[render.CLUSTER_ENV])
     assert env["CLUSTER_NAME"] == "demo" and env["SLURM_PARTITION"] == "train"
     assert env["FSX_DNS_NAME"] == FSX.dns_name and env["FSX_MOUNT_NAME"] == "abcdefgh"
@@ -215,7 +224,7 @@ def test_cluster_env_values():
 
 @pytest.mark.parametrize("instance_type,cpus", [("p4d.24xlarge", 12), ("p5.48xlarge", 24), ("p6-b200.48xlarge", 24)])
 def test_training_job_template(instance_type, cpus):
-    nf = render_userdata(config(instance_type=instance_type), CATALOG[instance_type], FSX, URI)
+    nf = rendered(instance_type)
     job = nf.files["/opt/gpu-cluster/templates/jobs/train-multinode.sbatch"].decode()
     lines = job.splitlines()
     assert f"#SBATCH --cpus-per-task={cpus}" in lines
@@ -238,7 +247,7 @@ def test_job_template_without_gpus_has_no_gres():
 # --- every shipped script: bash -n and shellcheck ------------------------------------------
 
 def _scripts():
-    nf = render_userdata(config(), CATALOG["p5.48xlarge"], FSX, URI)
+    nf = rendered()
     return {p: c for p, c in nf.files.items() if c.startswith((b"#!/usr/bin/env bash", b"#!/bin/bash"))
             or p.endswith(".sh")}
 
