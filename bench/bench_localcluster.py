@@ -1,11 +1,14 @@
 """Local cluster bring-up benchmark: 2, 8 and 32 namespace nodes from the real user data.
 
-For each size: seconds from start until every node is idle in `sinfo`, per-node step
-times (median and max over nodes), and the split between coordination waits (the
-boot's bounded polls: for the key, the controller, registration - its "done waiting
-after Ns" lines) and the rest of the work. Each cluster is torn down before the next.
+For each size: seconds from start until every node is idle in `sinfo`, how long
+creating the nodes took, memory used, per-node step times (median/max over nodes),
+and each node's boot split into coordination waits (the boot's bounded polls: for
+the controller's key fingerprint, the key through the join path, controller.env,
+slurmctld, registration) and work. The controller's hand-off wait for all nodes to
+be idle is shown apart (it is the cluster's bring-up, not one node's).
+Each cluster is torn down before the next.
 
-Usage: python bench/bench_localcluster.py [--sizes 2,8,32] [--json out.json]
+Usage: python bench/bench_localcluster.py [--sizes 2,8,32] [--json out.json] [--verbose]
 (root; Debian's slurmctld, slurmd, slurm-client and munge installed).
 """
 
@@ -26,65 +29,71 @@ NAME = "bench"
 SUBNET = 2
 
 
-def run_size(n: int, quiet: bool) -> dict:
-    lc = LocalCluster(NAME, SUBNET, out=(lambda s="": None) if quiet else print)
-    lc.c.down()
-    lc = LocalCluster(NAME, SUBNET, out=(lambda s="": None) if quiet else print)
+def mem_available_mib() -> float:
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_size(n: int, verbose: bool) -> dict:
+    out = print if verbose else (lambda s="": None)
+    LocalCluster(NAME, SUBNET, out=out).c.down()
+    lc = LocalCluster(NAME, SUBNET, out=out)
+    before = mem_available_mib()
     try:
         t0 = time.monotonic()
         lc.up(n, timeout=900)
         to_idle = time.monotonic() - t0
+        used = before - mem_available_mib()
         rows = summary(list(lc.watches.values()))
         failed = [h for h, w in lc.watches.items() if w.rc != 0]
+        launch = lc.launch_seconds
     finally:
         lc.c.down()
     steps: dict[str, list[float]] = {}
+    kinds: dict[str, list[float]] = {}
     for r in rows.values():
         for step, secs in r["steps"].items():
-            if secs is not None:
-                steps.setdefault(step, []).append(secs)
-    waits_by_what: dict[str, list[float]] = {}
-    for r in rows.values():
-        for _, what, secs in r["wait_detail"]:
-            key = what.split(" (")[0]
-            waits_by_what.setdefault(key, []).append(secs)
-    boot = [r["total"] for r in rows.values()]
-    wait = [r["waits"] for r in rows.values()]
-    return {"nodes": n, "seconds_to_all_idle": round(to_idle, 1), "failed": failed,
-            "boot_median": statistics.median(boot), "boot_max": max(boot),
-            "wait_median": statistics.median(wait), "work_median": statistics.median(
-                [r["work"] for r in rows.values()]),
+            steps.setdefault(step, []).append(secs)
+        for kind, secs in r["wait_kinds"].items():
+            kinds.setdefault(kind, []).append(secs)
+    med = lambda key: statistics.median(r[key] for r in rows.values())  # noqa: E731
+    return {"nodes": n, "seconds_to_all_idle": round(to_idle, 1), "launch_seconds": round(launch, 1),
+            "memory_mib": round(used), "failed": failed,
+            "boot_median": med("boot"), "boot_max": max(r["boot"] for r in rows.values()),
+            "wait_median": med("waits"), "work_median": med("work"),
+            "wait_sum": sum(r["waits"] for r in rows.values()), "work_sum": sum(r["work"] for r in rows.values()),
+            "handoff": max(r["handoff"] for r in rows.values()),
             "steps": {s: (statistics.median(v), max(v)) for s, v in sorted(steps.items())},
-            "waits": {w: (statistics.median(v), max(v)) for w, v in sorted(waits_by_what.items())}}
+            "waits": {k: (statistics.median(v), max(v), len(v)) for k, v in sorted(kinds.items())}}
 
 
 def print_table(results: list[dict]) -> None:
-    print("\nnodes  to-all-idle  boot med/max   waits med  work med  wait share")
+    print("\nnodes  all idle  nodes made  memory   node boot med/max  waits med  work med  "
+          "  waits/work (all nodes)  hand-off wait")
     for r in results:
-        share = r["wait_median"] / r["boot_median"] if r["boot_median"] else 0
-        print(f"{r['nodes']:>5}  {r['seconds_to_all_idle']:>10.1f}s  {r['boot_median']:>5.1f}/{r['boot_max']:<5.1f}s"
-              f"  {r['wait_median']:>8.1f}s  {r['work_median']:>7.1f}s  {share:>9.0%}"
+        share = r["wait_sum"] / (r["wait_sum"] + r["work_sum"]) if r["wait_sum"] + r["work_sum"] else 0
+        print(f"{r['nodes']:>5}  {r['seconds_to_all_idle']:>7.1f}s  {r['launch_seconds']:>9.1f}s  "
+              f"{r['memory_mib']:>5} MiB  {r['boot_median']:>8.1f}/{r['boot_max']:<6.1f}s  "
+              f"{r['wait_median']:>8.1f}s  {r['work_median']:>7.1f}s  "
+              f"{r['wait_sum']:>8.0f}s/{r['work_sum']:.0f}s ({share:.0%})".ljust(24) + f"{r['handoff']:>11.0f}s"
               + (f"  FAILED: {', '.join(r['failed'])}" if r["failed"] else ""))
     sizes = [r["nodes"] for r in results]
-    all_steps = sorted({s for r in results for s in r["steps"]})
     print("\nper-node step seconds, median/max over nodes")
-    print(f"{'step':<26}" + "".join(f"{n:>14}" for n in sizes))
-    for s in all_steps:
+    print(f"{'step':<14}" + "".join(f"{str(n) + ' nodes':>16}" for n in sizes))
+    for s in sorted({s for r in results for s in r["steps"]}):
+        cells = [f"{r['steps'][s][0]:>9.1f}/{r['steps'][s][1]:<6.1f}" if s in r["steps"] else f"{'-':>16}"
+                 for r in results]
+        print(f"{s:<14}" + "".join(cells))
+    print("\ncoordination waits, seconds, median/max over the nodes that waited (count)")
+    print(f"{'waited for':<40}" + "".join(f"{str(n) + ' nodes':>20}" for n in sizes))
+    for k in sorted({k for r in results for k in r["waits"]}):
         cells = []
         for r in results:
-            v = r["steps"].get(s)
-            cells.append(f"{v[0]:>7.1f}/{v[1]:<6.1f}" if v else f"{'-':>14}")
-        print(f"{s:<26}" + "".join(cells))
-    all_waits = sorted({w for r in results for w in r["waits"]})
-    if all_waits:
-        print("\ncoordination waits, seconds, median/max over nodes that waited")
-        print(f"{'waited for':<44}" + "".join(f"{n:>14}" for n in sizes))
-        for w in all_waits:
-            cells = []
-            for r in results:
-                v = r["waits"].get(w)
-                cells.append(f"{v[0]:>7.1f}/{v[1]:<6.1f}" if v else f"{'-':>14}")
-            print(f"{w[:43]:<44}" + "".join(cells))
+            v = r["waits"].get(k)
+            cells.append(f"{v[0]:>9.1f}/{v[1]:<5.1f}({v[2]:>2})" if v else f"{'-':>20}")
+        print(f"{k:<40}" + "".join(cells))
 
 
 def main() -> int:
@@ -96,7 +105,7 @@ def main() -> int:
     results = []
     for n in (int(x) for x in a.sizes.split(",")):
         print(f"bringing up {n} nodes ...", flush=True)
-        results.append(run_size(n, quiet=not a.verbose))
+        results.append(run_size(n, a.verbose))
         print(f"  {n} nodes: all idle after {results[-1]['seconds_to_all_idle']}s", flush=True)
     print_table(results)
     if a.json:

@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,6 +114,7 @@ class Cluster:
         self.fsx_dir = self.root / "fsx"
         self.nodes: dict[str, Node] = {}
         self.next_serial = 1
+        self.lock = threading.RLock()  # nodes are created from several threads
         self.load()
 
     # ---- state -------------------------------------------------------------------
@@ -128,6 +130,10 @@ class Cluster:
             self.nodes = {n["hostname"]: Node(**n) for n in st["nodes"]}
 
     def save(self) -> None:
+        with self.lock:
+            self._save()
+
+    def _save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"name": self.name, "subnet": self.subnet,
@@ -137,6 +143,10 @@ class Cluster:
 
     # ---- network -----------------------------------------------------------------
     def ensure_network(self) -> None:
+        with self.lock:
+            self._ensure_network()
+
+    def _ensure_network(self) -> None:
         if (NETNS_DIR / self.hub).exists():
             return
         sh("ip", "netns", "add", self.hub)
@@ -144,10 +154,14 @@ class Cluster:
         sh("ip", "-n", self.hub, "link", "set", "br0", "up")
 
     def _new_identity(self, role: str) -> tuple[int, str, str, str]:
-        serial = self.next_serial
+        with self.lock:
+            serial = self.next_serial
+            self.next_serial += 1
         if serial > 240:
             raise RuntimeError("no addresses left in this local cluster's /24")
-        self.next_serial += 1
+        return self._identity(serial)
+
+    def _identity(self, serial: int) -> tuple[int, str, str, str]:
         ip = f"10.77.{self.subnet}.{10 + serial}"
         hostname = "ip-" + ip.replace(".", "-")
         # Deterministic per cluster and serial: a replacement always gets a new one.
@@ -164,14 +178,16 @@ class Cluster:
         node = Node(cluster=self.name, serial=serial, ip=ip, hostname=hostname,
                     instance_id=instance_id, role=role, netns=f"gcl-{self.name}-{serial}",
                     veth=f"gcl{self.name}{serial}"[:15], dir=str(self.root / "nodes" / hostname), fsx=fsx)
-        self.nodes[hostname] = node
+        with self.lock:
+            self.nodes[hostname] = node
         self.save()
         node.path.mkdir(parents=True, exist_ok=True)
         self._make_netns(node)
         node.cgroups = self._make_cgroups(node)
         self._write_manifest(node, files)
+        imds_ready = self._start_imds(node, tags, az)  # starts while the mounts are made
         self._start_init(node)
-        self._start_imds(node, tags, az)
+        imds_ready()
         self.save()
         return node
 
@@ -223,7 +239,7 @@ class Cluster:
         if node.fsx:
             lines.append(f"mount --bind {self.fsx_dir} /fsx")
         # cloud-init's write_files, inside the node's own view of the file system
-        lines.append(f"PYTHONPATH={REPO} {sys.executable} -m localcluster.nodes write-files "
+        lines.append(f"PYTHONPATH={REPO} {sys.executable} -S -m localcluster.nodes write-files "
                      f"{d / 'write_files.json'}")
         lines += [f"echo ready > {d / 'init.ready'}", "exec sleep infinity"]
         return "\n".join(lines) + "\n"
@@ -240,33 +256,36 @@ class Cluster:
              "--propagation", "private", "bash", str(script)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         node.init_pid = proc.pid
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while not (node.path / "init.ready").exists():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{node.hostname}: namespace set-up failed: "
                                    f"{(node.path / 'init.log').read_text().strip()[-800:]}")
             time.sleep(0.02)
 
-    def _start_imds(self, node: Node, tags: dict[str, str], az: str) -> None:
+    def _start_imds(self, node: Node, tags: dict[str, str], az: str):
         identity = {"instance_id": node.instance_id, "local_ipv4": node.ip,
                     "local_hostname": f"{node.hostname}.us-east-2.compute.internal",
                     "availability_zone": az, "tags": tags}
         (node.path / "imds.json").write_text(json.dumps(identity, indent=1))
         ready = node.path / "imds.ready"
         proc = subprocess.Popen(
-            ["nsenter", f"--net={NETNS_DIR / node.netns}", sys.executable, "-m", "localcluster.imds",
+            ["nsenter", f"--net={NETNS_DIR / node.netns}", sys.executable, "-S", "-m", "localcluster.imds",
              str(node.path / "imds.json"), "--port", str(IMDS_PORT),
              "--log", str(node.path / "imds.log"), "--ready", str(ready)],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(node.path / "imds.err", "w"),
             start_new_session=True)
         node.imds_pid = proc.pid
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{node.hostname}: IMDS stand-in did not start: "
-                                   f"{(node.path / 'imds.err').read_text()[-800:]}")
-            time.sleep(0.02)
+
+        def wait_ready() -> None:
+            deadline = time.monotonic() + 30
+            while not ready.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{node.hostname}: IMDS stand-in did not start: "
+                                       f"{(node.path / 'imds.err').read_text()[-800:]}")
+                time.sleep(0.02)
+        return wait_ready
 
     def start_boot(self, node: Node, command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """Run the boot command inside the node, as cloud-init's runcmd would (root, / cwd)."""
@@ -318,7 +337,8 @@ class Cluster:
         _remove_cgroups(node.cgroups)
         if not keep_dir:
             _rmtree(node.path)
-        self.nodes.pop(node.hostname, None)
+        with self.lock:
+            self.nodes.pop(node.hostname, None)
         if self.root.exists():
             self.save()
 
