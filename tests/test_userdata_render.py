@@ -290,3 +290,15 @@ def test_shellcheck_rendered_scripts(tmp_path):
     # Rendered copies lose the tree layout, so sourced files are not followed here.
     r = subprocess.run(["shellcheck", "-s", "bash", "-e", "SC1091", *paths], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_responder_unit_verifies(tmp_path):
+    unit = "/etc/systemd/system/gpu-cluster-munge-responder.service"
+    (tmp_path / "gpu-cluster-munge-responder.service").write_bytes(rendered().files[unit])
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "gpu-cluster-munge-responder.service")],
+                       capture_output=True, text=True, env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"})
+    # The program itself lives on the node, not on this host.
+    problems = [ln for ln in (r.stdout + r.stderr).splitlines()
+                if "gpu-cluster-munge-responder" in ln and "is not executable" not in ln]
+    assert problems == [], r.stdout + r.stderr
