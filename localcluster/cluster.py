@@ -339,8 +339,14 @@ class LocalCluster:
             return
         self.out(f"local cluster '{self.name}': {len(self.c.nodes)} nodes, state in {self.c.root}")
         for node in self.c.nodes.values():
+            status = "-"
             st = node.upper(STATUS)
-            status = st.read_text().strip().replace("\n", " ") if st.exists() else "-"
+            if st.exists():
+                try:
+                    j = json.loads(st.read_text())
+                    status = f"{j.get('step')} {j.get('state')}: {j.get('reason')}"
+                except ValueError:
+                    status = st.read_text().strip()[:200]
             alive = Path(f"/proc/{node.init_pid}").exists()
             self.out(f"  {node.hostname:<16} {node.ip:<12} {node.role:<10} {node.instance_id} "
                      f"{'up' if alive else 'GONE'}  status: {status}")

@@ -23,6 +23,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -105,8 +106,10 @@ class Cluster:
     """A local cluster's network, nodes and state, kept in BASE/<name>/state.json."""
 
     def __init__(self, name: str = "local", subnet: int = 0, base: Path = BASE):
-        if len(name) > 8 or not name.replace("-", "").isalnum():
-            raise ValueError("local cluster instance names are at most 8 letters/digits (interface names)")
+        # Short (interface names are 15 characters) and without '-', so that one
+        # cluster's "gcl-<name>-" prefix never matches another's namespaces.
+        if not re.fullmatch(r"[a-z][a-z0-9]{1,7}", name):
+            raise ValueError(f"local cluster name '{name}': use 2-8 lowercase letters/digits, starting with a letter")
         self.name = name
         self.subnet = subnet
         self.root = Path(base) / name

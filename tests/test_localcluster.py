@@ -151,6 +151,25 @@ def test_overrides_are_exactly_the_three_documented_swaps():
                               "GPU_CLUSTER_PACKAGES"}
 
 
+HOST = "NodeName=vm CPUs=8 Boards=1 SocketsPerBoard=2 CoresPerSocket=2 ThreadsPerCore=2 RealMemory=32000\n"
+
+
+def test_rendered_user_data_ships_every_node_file_and_runs_the_entry_point(tmp_path):
+    ud = profile.render("local", 2, str(tmp_path), spec=profile.test_instance_spec(profile.slurmd_facts(HOST)))
+    assert profile.parity_problems(ud) == []
+    assert "/etc/gpu-cluster/cluster.env" in ud.files  # cloud-config write_files, always inline
+    assert len(ud.scripts) == 1 and b"exec /opt/gpu-cluster/bin/gpu-cluster-boot" in ud.scripts[0]
+    if ud.payload is not None:  # the local form of the S3 payload: a file:// URI under payload_dir
+        assert f"file://{tmp_path}/{ud.payload[0]}.tar.gz".encode() in ud.scripts[0]
+
+
+@pytest.mark.parametrize("name", ["", "a", "Local", "local-2", "toolongname", "9lives"])
+def test_cluster_names_cannot_collide_in_namespace_prefixes(name):
+    from localcluster.nodes import Cluster
+    with pytest.raises(ValueError):
+        Cluster(name)
+
+
 def test_test_profile_is_measured_from_slurmd_c_without_gpus():
     facts = profile.slurmd_facts("NodeName=vm CPUs=8 Boards=1 SocketsPerBoard=2 CoresPerSocket=2 "
                                  "ThreadsPerCore=2 RealMemory=32000\nUpTime=0-00:06:45\n")
