@@ -206,7 +206,9 @@ class Cluster:
     def _make_cgroups(self, node: Node) -> list[str]:
         """A cgroup v1 sub-tree per controller for this node (mounted as its root)."""
         made = []
-        if not CGROUP_ROOT.is_dir():
+        # cgroup v1 only: one hierarchy per controller. (On a v2 host the unified tree is
+        # left as it is; Slurm's cgroup/v2 plugin wants systemd, which nodes here lack.)
+        if not CGROUP_ROOT.is_dir() or (CGROUP_ROOT / "cgroup.controllers").exists():
             return made
         for ctl in sorted(os.listdir(CGROUP_ROOT)):
             top = CGROUP_ROOT / ctl
