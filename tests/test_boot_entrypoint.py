@@ -158,6 +158,7 @@ def test_rerun_converges_and_only_from(box):
     assert box.status()["step"] == "30-c"
     r = box.boot("--only", "nope")
     assert r.returncode == 2 and "no step matches 'nope'" in r.stderr
+    assert box.boot("--list").stdout.split() == ["10-a.sh", "20-b.sh", "30-c.sh"]
 
 
 def test_env_beats_overrides_beats_cluster_env(box):

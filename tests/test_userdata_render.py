@@ -11,6 +11,7 @@ import email
 import gzip
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -178,7 +179,11 @@ def test_fetch_refuses_wrong_sha(fetch_env):
     nf, sha, fetch, dest, env, tmp = fetch_env
     r = subprocess.run([str(fetch), "s3://bucket/key", "0" * 64, str(dest)], env=env, capture_output=True, text=True)
     assert r.returncode == 1 and "does not have sha256" in r.stderr
-    assert list(dest.iterdir()) == []
+    # nothing unpacked; the reason is in the node's local status
+    assert [p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()] == ["var/lib/gpu-cluster/status"]
+    status = json.loads((dest / "var/lib/gpu-cluster/status").read_text())
+    assert (status["step"], status["state"]) == ("payload", "failed")
+    assert status["reason"] == "s3://bucket/key does not have sha256 " + "0" * 64 + "; not unpacking"
 
 
 def test_fetch_file_uri_for_local_cluster(fetch_env):

@@ -323,8 +323,19 @@ FETCH_SCRIPT = """#!/usr/bin/env bash
 # in the 16 KB user data: `gpu-cluster-fetch URI SHA256 DEST`, URI s3://bucket/key (the
 # instance role reads it with the aws CLI, in this instance's region so an S3 gateway
 # endpoint serves it; 5 tries) or file:///path (local cluster). Refuses a payload whose
-# sha256 differs; unpacks root-owned files into DEST.
+# sha256 differs; unpacks root-owned files into DEST. A failure is recorded in the
+# node's local status (there is no entry point, and no /fsx, without the payload).
 set -euo pipefail
+
+# fail DEST REASON: say why, in the log and in DEST/var/lib/gpu-cluster/status.
+fail() {
+  local state="${1%/}/var/lib/gpu-cluster" reason
+  reason=$(printf '%s' "$2" | tr -d '"\\\\')
+  echo "gpu-cluster-fetch: $2" >&2
+  mkdir -p "$state"
+  printf '{"step":"payload","state":"failed","reason":"%s","marker":"local only (/fsx not mounted yet)"}\\n' "$reason" >"$state/status"
+  exit 1
+}
 
 # region: AWS_REGION, else the instance's region from IMDSv2 (empty if unknown).
 region() {
@@ -353,13 +364,12 @@ main() {
   tmp=$(mktemp)
   for try in 1 2 3 4 5; do
     if fetch "$uri" "$tmp"; then break; fi
-    if ((try == 5)); then echo "gpu-cluster-fetch: cannot fetch $uri after 5 tries" >&2; exit 1; fi
+    if ((try == 5)); then fail "$dest" "cannot fetch $uri after 5 tries (instance role, S3 access)"; fi
     sleep 10
   done
   if [[ $(sha256sum "$tmp" | cut -d' ' -f1) != "$sha" ]]; then
-    echo "gpu-cluster-fetch: $uri does not have sha256 $sha; not unpacking" >&2
     rm -f "$tmp"
-    exit 1
+    fail "$dest" "$uri does not have sha256 $sha; not unpacking"
   fi
   tar -xzf "$tmp" -C "$dest" --no-same-owner
   rm -f "$tmp"

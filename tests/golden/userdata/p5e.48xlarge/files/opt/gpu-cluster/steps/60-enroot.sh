@@ -19,7 +19,7 @@ main() {
   local base="$NVME_MOUNT/enroot" t="$GPU_CLUSTER_HOME/templates"
   if ((NVME_WAIT > 0)) && [[ -d $NVME_MOUNT ]] && ! nvme_ready; then
     # The DLAMI assembles and mounts the instance-store RAID by a unit that may still run.
-    wait_for "$NVME_WAIT" "local NVMe to be mounted on $NVME_MOUNT" nvme_ready
+    wait_until "$NVME_WAIT" "local NVMe to be mounted on $NVME_MOUNT" nvme_ready || true
   fi
   if ! nvme_ready; then
     base=$ENROOT_FALLBACK_BASE

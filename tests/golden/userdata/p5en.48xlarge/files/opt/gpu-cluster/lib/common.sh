@@ -27,19 +27,22 @@ skip() {
   if [[ -n ${GC_NOTES_FILE:-} ]]; then printf '%s: skipped: %s\n' "$GC_STEP" "$*" >>"$GC_NOTES_FILE"; fi
 }
 
-# wait_for SECONDS WHAT CMD...: poll CMD every GC_WAIT_INTERVAL s; die naming WHAT.
-wait_for() {
+# wait_until SECONDS WHAT CMD...: poll CMD every GC_WAIT_INTERVAL s (default 5) for at
+# most SECONDS; returns 1 on timeout. wait_for: the same, but a timeout fails the step.
+wait_until() {
   local timeout=$1 what=$2 start=$SECONDS
   shift 2
   log "waiting up to ${timeout}s for $what"
   until "$@"; do
     if ((SECONDS - start >= timeout)); then
-      die "timed out after ${timeout}s waiting for $what"
+      log "gave up after ${timeout}s waiting for $what"
+      return 1
     fi
     sleep "${GC_WAIT_INTERVAL:-5}"
   done
   log "done waiting after $((SECONDS - start))s: $what"
 }
+wait_for() { wait_until "$@" || die "timed out after ${1}s waiting for $2"; }
 
 # atomic_write PATH MODE: stdin -> PATH via a temp file in the same directory.
 atomic_write() {
