@@ -330,7 +330,8 @@ set -euo pipefail
 # fail DEST REASON: say why, in the log and in DEST/var/lib/gpu-cluster/status.
 fail() {
   local state="${1%/}/var/lib/gpu-cluster" reason
-  reason=$(printf '%s' "$2" | tr -d '"\\\\')
+  reason=${2//\\\"/}
+  reason=${reason//\\\\/}
   echo "gpu-cluster-fetch: $2" >&2
   mkdir -p "$state"
   printf '{"step":"payload","state":"failed","reason":"%s","marker":"local only (/fsx not mounted yet)"}\\n' "$reason" >"$state/status"
