@@ -456,3 +456,14 @@ def test_direct_mode_daemon_that_dies_fails_with_its_log(box):
     r = _svc(box, "GC_REASON_FILE=/dev/stderr svc start gpu-cluster-munge-responder")
     assert r.returncode == 1
     assert "exited right after starting" in r.stderr and "fatal: no key" in r.stderr
+
+
+def test_gc_drops_abandoned_requests_and_responses_only(mj):
+    old, fresh = mj / "req" / "i-0old.pem", mj / "req" / "i-0new.pem"
+    for p in (old, fresh, mj / "resp" / "i-0old.cms", mj / "resp" / ".i-0old.tmp"):
+        p.write_text("x")
+    for p in (old, mj / "resp" / "i-0old.cms", mj / "resp" / ".i-0old.tmp"):
+        os.utime(p, (1, 1))  # long ago
+    assert _mj(mj, "mj_gc req resp").returncode == 0
+    assert sorted(p.name for p in (mj / "req").iterdir()) == ["i-0new.pem"]
+    assert list((mj / "resp").iterdir()) == []

@@ -69,10 +69,11 @@ mj_collect() {
   rm -rf "$priv"
 }
 
-# mj_gc RESPDIR: drop responses nobody collected within a day, and stale temp files.
+# mj_gc REQDIR RESPDIR: drop requests and responses of joiners that gave up (a joiner
+# waits MUNGE_JOIN_TIMEOUT, far less than a day), and stale temp files.
 mj_gc() {
-  find "$1" -maxdepth 1 -name '*.cms' -mmin +1440 -delete 2>/dev/null || true
-  find "$1" -maxdepth 1 -name '.*' -type f -mmin +60 -delete 2>/dev/null || true
+  find "$1" "$2" -maxdepth 1 -type f \( -name '*.pem' -o -name '*.cms' \) -mmin +1440 -delete 2>/dev/null || true
+  find "$1" "$2" -maxdepth 1 -type f -name '.*' -mmin +60 -delete 2>/dev/null || true
 }
 
 # key_fingerprint FILE: sha256 of the key; published so nodes can tell the cluster's

@@ -40,7 +40,7 @@ main() {
     if fsx_root_ready && [[ -s $m/key.sha256 && $(key_fingerprint "$MUNGE_KEY") == "$(<"$m/key.sha256")" ]]; then
       n=$(mj_answer "$MUNGE_KEY" "$m/requests" "$m/responses" "$min_age")
       if ((n > 0)); then log "answered $n join request(s)"; fi
-      mj_gc "$m/responses"
+      mj_gc "$m/requests" "$m/responses"
       if ! is_controller; then follow_controller; fi
     fi
     sleep "$interval"
