@@ -307,3 +307,13 @@ def test_responder_unit_verifies(tmp_path):
     problems = [ln for ln in (r.stdout + r.stderr).splitlines()
                 if "gpu-cluster-munge-responder" in ln and "is not executable" not in ln]
     assert problems == [], r.stdout + r.stderr
+
+
+def test_bytes_do_not_depend_on_blocks_or_reservations():
+    blocks = [{"name": "a", "reservation_id": "cr-0123456789abcdef0", "instance_count": 64,
+               "availability_zone": "us-east-2b"},
+              {"name": "b", "reservation_id": "cr-0fedcba9876543210", "instance_count": 64,
+               "availability_zone": "us-east-2b"}]
+    cfg = config(100, capacity={"nodes": 100, "capacity_blocks": blocks})
+    nf = render_userdata(cfg, CATALOG["p5.48xlarge"], FSX, URI)
+    assert nf.user_data == rendered().user_data and nf.s3_payload == rendered().s3_payload
