@@ -28,7 +28,24 @@ install_if_changed() {
   log "wrote $1"
 }
 
-ctld_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+# ctld_up: slurmctld answers. Keeps what Slurm last said for the timeout message, and
+# stops early when slurmctld keeps taking connections but dropping them unanswered
+# ("Zero Bytes were transmitted or received"): it does that to requests whose munge
+# credential it cannot decode, i.e. munged here runs another key than the controller.
+DROPPED=0
+PING_SAID=""
+ctld_up() {
+  local out
+  out=$(scontrol ping 2>&1) && grep -q 'is UP' <<<"$out" && return 0
+  PING_SAID=$(sinfo -h -o %P 2>&1 | tail -n 1) || true
+  if grep -q 'Zero Bytes were transmitted or received' <<<"$PING_SAID"; then DROPPED=$((DROPPED + 1)); else DROPPED=0; fi
+  ((DROPPED < 6)) ||
+    die "slurmctld on $CONTROLLER_HOST drops this node's requests ($PING_SAID): most likely munged here runs another key than the controller's (see slurmctld.log for 'authentication error')"
+  return 1
+}
+wait_ctld() {
+  wait_until "$1" "$2" ctld_up || die "timed out after ${1}s waiting for $2; Slurm last said: ${PING_SAID:-nothing}"
+}
 # registered: slurmctld lists this node at its IPv4, responding, and (when slurmd was
 # just started) registered by that new slurmd, not remembered from before.
 STARTED_AT=0
@@ -71,10 +88,13 @@ main() {
   svc_reload
   if is_controller; then
     if ((CHANGED)); then svc restart slurmctld; else svc start slurmctld; fi
-    wait_for 120 "slurmctld on this node to answer (scontrol ping)" ctld_up
+    wait_ctld 120 "slurmctld on this node to answer (scontrol ping)"
   else
-    wait_for "$CONTROLLER_WAIT" "slurmctld on $CONTROLLER_HOST ($CONTROLLER_ADDR) to answer (scontrol ping)" ctld_up
+    wait_ctld "$CONTROLLER_WAIT" "slurmctld on $CONTROLLER_HOST ($CONTROLLER_ADDR) to answer (scontrol ping)"
   fi
+  # A running slurmd that slurmctld lost (e.g. after a munge key fix) re-registers at once
+  # when restarted, instead of at slurmctld's next ping (SlurmdTimeout / 3).
+  if scontrol show node "$NODE_NAME" 2>/dev/null | grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN)'; then CHANGED=1; fi
   if ((CHANGED)) || ! svc active slurmd; then STARTED_AT=$(date +%s); fi
   if ((CHANGED)); then svc restart slurmd; else svc start slurmd; fi
   wait_for 300 "slurmctld to register $NODE_NAME at NodeAddr=$NODE_ADDR (scontrol show node)" registered

@@ -127,7 +127,7 @@ direct_stop() {
   local pid
   pid=$(direct_pid "$1") || return 0
   kill "$pid" 2>/dev/null || true
-  wait_for 30 "$1 (pid $pid) to exit" bash -c "! kill -0 $pid 2>/dev/null"
+  GC_WAIT_INTERVAL=1 wait_for 30 "$1 (pid $pid) to exit" bash -c "! kill -0 $pid 2>/dev/null"
   rm -f "$GPU_CLUSTER_RUN/$1.pid"
 }
 

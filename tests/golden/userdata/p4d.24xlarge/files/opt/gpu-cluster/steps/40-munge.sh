@@ -8,7 +8,8 @@
 #   certificate and waits (bounded) for the key encrypted to it (lib/munge-join.sh);
 # - every node holding the key then runs the responder, so replacements can join
 #   even after the controller is gone.
-# Ends with munged running and `munge -n | unmunge` reporting Success.
+# Ends with munged (re)started on the cluster's key and `munge -n | unmunge` reporting
+# Success.
 # Prerequisites: steps 10 (identity), 20 (munge, openssl), 30 (/fsx).
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -41,8 +42,13 @@ join_cluster() {
 
 munge_works() { munge -n 2>/dev/null | unmunge 2>/dev/null | grep -q 'STATUS: *Success'; }
 
+munged_pid() {
+  if [[ $GPU_CLUSTER_SERVICE_MANAGER == direct ]]; then direct_pid munge || true
+  else systemctl show -p MainPID --value munge; fi
+}
+
 main() {
-  local before after
+  local before after stamp
   load_identity
   fsx_root_ready || die "$FSX_ROOT is not available (step 30)"
   before=$(key_fingerprint "$MUNGE_KEY")
@@ -58,8 +64,16 @@ main() {
   fi
   after=$(key_fingerprint "$MUNGE_KEY")
   [[ $(stat -c '%U %a' "$MUNGE_KEY") == "munge 400" ]] || die "$MUNGE_KEY must be owned by munge with mode 0400"
-  if [[ $before != "$after" ]]; then svc restart munge; else svc start munge; fi
+  # munged holds its key in memory, and `munge -n | unmunge` on one node succeeds with
+  # any key. So remember which key and which munged we started; restart it unless that
+  # very process is running with the cluster's key.
+  stamp="$GPU_CLUSTER_RUN/munged.key"
+  if [[ $before != "$after" ]] || ! svc active munge || [[ $(cat "$stamp" 2>/dev/null) != "$after $(munged_pid)" ]]; then
+    log "restarting munged so that it runs with the cluster's key"
+    svc restart munge
+  fi
   wait_for 60 "munged to answer (munge -n | unmunge shows Success)" munge_works
+  printf '%s %s\n' "$after" "$(munged_pid)" >"$stamp"
   svc_reload
   svc start gpu-cluster-munge-responder
   log "munge ok: $(munge -n | unmunge | grep STATUS)"
