@@ -467,3 +467,19 @@ def test_gc_drops_abandoned_requests_and_responses_only(mj):
     assert _mj(mj, "mj_gc req resp").returncode == 0
     assert sorted(p.name for p in (mj / "req").iterdir()) == ["i-0new.pem"]
     assert list((mj / "resp").iterdir()) == []
+
+
+def test_systemd_mode_starts_without_blocking_and_waits_bounded(box):
+    # A stand-in systemctl records its calls; is-active says "active".
+    bindir = box.root / "fakebin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text(f'#!/bin/bash\necho "$*" >>"{box.root}/systemctl.calls"\nexit 0\n')
+    (bindir / "systemctl").chmod(0o755)
+    env = box.env(GPU_CLUSTER_SERVICE_MANAGER="systemd", PATH=f"{bindir}:{os.environ['PATH']}")
+    r = subprocess.run(["bash", "-c", f'set -euo pipefail; . "{COMMON}"; svc start slurmd; svc restart munge; '
+                        'svc enable slurmctld; svc active slurmd; svc_reload'], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (box.root / "systemctl.calls").read_text().splitlines() == [
+        "--no-block start slurmd", "is-active --quiet slurmd",
+        "--no-block restart munge", "is-active --quiet munge",
+        "enable --quiet slurmctld", "is-active --quiet slurmd", "daemon-reload"]
