@@ -76,6 +76,9 @@ FSX_MOUNT_TRIES = 20
 MUNGE_CONTROLLER_INTERVAL = 2
 MUNGE_WORKER_INTERVAL = 30
 MUNGE_WORKER_MIN_AGE = 90
+# The controller deletes dynamic nodes down and not responding for this long (a replaced
+# node's old entry); a reboot takes far less.
+NODE_REAP_GRACE = 1800
 
 LIMITS_FILE = "/etc/security/limits.d/90-gpu-cluster-memlock.conf"
 LOGIND_DROPIN = "/etc/systemd/logind.conf.d/gpu-cluster.conf"
@@ -157,6 +160,7 @@ def cluster_env(cfg, spec: InstanceSpec, fsx: FsxEndpoint) -> str:
         ("MUNGE_CONTROLLER_INTERVAL", MUNGE_CONTROLLER_INTERVAL),
         ("MUNGE_WORKER_INTERVAL", MUNGE_WORKER_INTERVAL),
         ("MUNGE_WORKER_MIN_AGE", MUNGE_WORKER_MIN_AGE),
+        ("NODE_REAP_GRACE", NODE_REAP_GRACE),
         ("ENROOT_VERSION", ENROOT_VERSION),
         ("ENROOT_URL", ENROOT_URL),
         ("PYXIS_VERSION", PYXIS_VERSION),

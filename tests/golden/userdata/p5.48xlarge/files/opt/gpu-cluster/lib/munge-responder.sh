@@ -8,6 +8,8 @@
 # On workers it also follows a replaced controller: when FSX_ROOT/controller.env
 # differs from the one step 50 used, it re-runs `gpu-cluster-boot --only slurm` in the
 # background (never while another boot holds the lock).
+# On the controller it also deletes stale dynamic nodes (lib/node-reaper.sh): a replaced
+# node registers under a new name, and the one it replaced would stay DOWN for ever.
 # Prerequisites: /etc/gpu-cluster/cluster.env, /var/lib/gpu-cluster/identity.env.
 set -euo pipefail
 : "${GPU_CLUSTER_ETC:=/etc/gpu-cluster}"
@@ -22,6 +24,8 @@ export GC_STEP=munge-responder
 . "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
 # shellcheck source=lib/munge-join.sh
 . "$GPU_CLUSTER_HOME/lib/munge-join.sh"
+# shellcheck source=lib/node-reaper.sh
+. "$GPU_CLUSTER_HOME/lib/node-reaper.sh"
 
 follow_controller() {
   local published="$FSX_ROOT/controller.env" used="$GPU_CLUSTER_STATE/controller.env"
@@ -29,6 +33,15 @@ follow_controller() {
   flock -n "$GPU_CLUSTER_RUN/boot.lock" true 2>/dev/null || return 0
   log "the controller changed ($(tr '\n' ' ' <"$published")); re-running step 50-slurm"
   setsid "$GPU_CLUSTER_HOME/bin/gpu-cluster-boot" --only slurm >/dev/null 2>&1 </dev/null &
+}
+
+# reap: at most once a minute, on the controller, once slurmctld runs here.
+LAST_REAP=-3600
+reap() {
+  local line
+  ((SECONDS - LAST_REAP >= 60)) || return 0
+  LAST_REAP=$SECONDS
+  while IFS= read -r line; do log "$line"; done < <(reap_stale_nodes "$NODE_REAP_GRACE")
 }
 
 main() {
@@ -41,7 +54,7 @@ main() {
       n=$(mj_answer "$MUNGE_KEY" "$m/requests" "$m/responses" "$min_age")
       if ((n > 0)); then log "answered $n join request(s)"; fi
       mj_gc "$m/requests" "$m/responses"
-      if ! is_controller; then follow_controller; fi
+      if is_controller; then reap; else follow_controller; fi
     fi
     sleep "$interval"
   done
