@@ -483,3 +483,37 @@ def test_systemd_mode_starts_without_blocking_and_waits_bounded(box):
         "--no-block start slurmd", "is-active --quiet slurmd",
         "--no-block restart munge", "is-active --quiet munge",
         "enable --quiet slurmctld", "is-active --quiet slurmd", "daemon-reload"]
+
+
+# --- step 30-fsx: the shared directory layout, and the no-Lustre failure ----------------
+
+@needs_root
+def test_fsx_step_on_a_mounted_fsx_creates_private_layout(box):
+    shutil.copy(BOOT / "steps" / "30-fsx.sh", box.home / "steps" / "30-fsx.sh")
+    shutil.rmtree(box.fsx / ".gpu-cluster")
+    with (box.etc / "cluster.env").open("a") as f:
+        f.write("FSX_DNS_NAME=fs-1.fsx.example\nFSX_MOUNT_NAME=abc\nFSX_MOUNT_TRIES=1\n")
+    r = box.boot("--only", "fsx", mount_fsx=True, GPU_CLUSTER_PACKAGES="preinstalled")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "creating" in r.stdout
+    assert _mode(box.fsx_root) == 0o700 and _mode(box.fsx / "jobs") == 0o755
+    for d in ("munge", "munge/requests", "munge/responses", "slurmctld", "status", "validation"):
+        assert _mode(box.fsx_root / d) == 0o700, d
+    # the status marker landed on /fsx once the directory existed
+    assert json.loads((box.fsx_root / "status" / f"{box.status()['node']}.json").read_text())["state"] == "ok"
+    r = box.boot("--only", "fsx", mount_fsx=True, GPU_CLUSTER_PACKAGES="preinstalled")
+    assert r.returncode == 0 and "nothing to mount" in r.stdout
+
+
+@needs_root
+def test_fsx_step_without_mount_or_lustre_fails_fast(box):
+    shutil.copy(BOOT / "steps" / "30-fsx.sh", box.home / "steps" / "30-fsx.sh")
+    modinfo = shutil.which("modinfo", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if modinfo and subprocess.run([modinfo, "lustre"], capture_output=True).returncode == 0:
+        pytest.skip("this host has a Lustre client")
+    r = box.boot("--only", "fsx", GPU_CLUSTER_PACKAGES="preinstalled")
+    assert r.returncode == 1
+    st = box.status()
+    assert (st["step"], st["state"]) == ("30-fsx", "failed")
+    assert st["reason"].startswith(f"{box.fsx} is not a mount point and there is no Lustre client")
+    assert st["marker"] == "local only (/fsx not mounted yet)"

@@ -25,6 +25,11 @@ mount_fsx() {
   local try src="$FSX_DNS_NAME@tcp:/$FSX_MOUNT_NAME"
   mkdir -p "$FSX_MOUNTPOINT"
   for ((try = 1; try <= FSX_MOUNT_TRIES; try++)); do
+    # After a reboot systemd may mount the fstab entry while this loop runs.
+    if mountpoint -q "$FSX_MOUNTPOINT"; then
+      log "$FSX_MOUNTPOINT is mounted (try $try)"
+      return 0
+    fi
     if mount -t lustre -o relatime,flock "$src" "$FSX_MOUNTPOINT"; then
       log "mounted $src on $FSX_MOUNTPOINT (try $try)"
       return 0
