@@ -18,6 +18,7 @@ import pytest
 
 from infra.catalog import CATALOG
 from userdata import slurm_conf as sc
+from userdata import templating
 
 P5 = CATALOG["p5.48xlarge"]
 
@@ -326,7 +327,7 @@ def test_systemd_dropins_parse(tmp_path, unit):
 @pytest.mark.parametrize("name", sorted(CATALOG))
 def test_render_is_byte_stable(name):
     a = sc.render_slurm_files("demo", "train", CATALOG[name])
-    sc._env.cache_clear()
+    templating.environment.cache_clear()
     b = sc.render_slurm_files("demo", "train", CATALOG[name])
     assert a == b
     assert list(a) == list(b)
