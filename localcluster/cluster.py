@@ -331,6 +331,10 @@ class LocalCluster:
         w = self.launch(role)
         self.out(f"launched {w.node.hostname} ({w.node.instance_id}, {w.node.ip}) from the same user data")
         self.watch([w], timeout=timeout)
+        if role == "controller" and w.rc == 0:
+            # The new controller restored the old one's state from /fsx, its node included.
+            self.ctl("scontrol", "delete", f"nodename={hostname}")
+            self.out(f"removed {hostname} from Slurm (scontrol delete nodename={hostname})")
         return w
 
     def status(self) -> None:

@@ -417,3 +417,53 @@ def test_munged_running_a_wrong_key_fails_the_munge_check_or_is_fixed(cluster):
     finally:
         cluster.c.run(node, ["bash", "-c", restart_munged + "true"])
         cluster.c.start_boot(node, f"{ENTRY_POINT} --only munge").wait(timeout=120)
+
+
+@pytest.mark.localcluster
+def test_replaced_controller_resumes_the_queue_and_workers_follow_it(cluster):
+    """The controller instance is destroyed; a new one boots from the same user data.
+
+    It has no munge key, so it joins through a worker's responder (workers answer only
+    requests older than MUNGE_WORKER_MIN_AGE, 90 s: this test's main cost), restores the
+    queue from StateSaveLocation on /fsx and publishes itself; the workers' responders
+    see controller.env change and re-run step 50 against it.
+    """
+    old = cluster.c.controller()
+    done = _sbatch(cluster, "-N1", "--wrap", "hostname")
+    assert _wait_job(cluster, done) == "COMPLETED"
+    held = _sbatch(cluster, "--hold", "-N1", "--wrap", "hostname")
+    # The instance is destroyed without warning: what survives is what slurmctld saved.
+    # It saves job state within seconds of a change; wait for that save, not longer.
+    saved = cluster.c.fsx_dir / ".gpu-cluster" / NAME / "slurmctld" / "job_state"
+    submitted = time.time()
+    deadline = time.monotonic() + 30
+    while not (saved.exists() and saved.stat().st_mtime > submitted) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert saved.stat().st_mtime > submitted, "slurmctld did not save its job state within 30 s"
+    w = cluster.replace(old.hostname, timeout=300)
+    new = w.node
+    assert w.rc == 0, _boot_log(new)[-3000:]
+    assert new.role == "controller" and new.hostname != old.hostname
+    assert "requesting the cluster's munge key" in _boot_log(new)
+    published = (cluster.c.fsx_dir / ".gpu-cluster" / NAME / "controller.env").read_text()
+    assert f"CONTROLLER_ADDR='{new.ip}'" in published
+    assert _job_state(cluster, done) == "COMPLETED"
+    assert _job_state(cluster, held) == "PENDING"
+    # Every worker follows (its responder re-runs step 50 against the new controller.env)
+    # before any job is started: a job started on a worker still configured for the old
+    # controller stays COMPLETING (see the report of issue 4).
+    workers = [n for n in cluster.c.nodes.values() if n.role == "worker"]
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        used = [n.upper("/var/lib/gpu-cluster/controller.env") for n in workers]
+        states = cluster.node_states()
+        if all(u.exists() and u.read_text() == published for u in used) and \
+                sorted(states) == _live(cluster) and all(s == "idle" for s in states.values()):
+            break
+        time.sleep(1)
+    assert sorted(cluster.node_states()) == _live(cluster), cluster.node_states()
+    assert _srun_all(cluster) == _live(cluster)
+    batch = _sbatch(cluster, f"-N{len(cluster.c.nodes)}", "--wrap", "srun hostname")
+    assert _wait_job(cluster, batch, timeout=90) == "COMPLETED"
+    cluster.ctl("scontrol", "release", held)
+    assert _wait_job(cluster, held, timeout=90) == "COMPLETED"
