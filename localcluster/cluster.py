@@ -324,18 +324,28 @@ class LocalCluster:
         if role != "controller":
             # A destroyed dynamic node stays "idle" in slurmctld until SlurmdTimeout and
             # jobs would be sent to it; the replace command removes it, as an operator would.
-            r = self.ctl("scontrol", "delete", f"nodename={hostname}")
-            if r.returncode != 0:
-                self.ctl("scontrol", "update", f"nodename={hostname}", "state=down", "reason=destroyed")
-            self.out(f"removed {hostname} from Slurm (scontrol delete nodename={hostname})")
+            self.forget_node(hostname)
         w = self.launch(role)
         self.out(f"launched {w.node.hostname} ({w.node.instance_id}, {w.node.ip}) from the same user data")
         self.watch([w], timeout=timeout)
         if role == "controller" and w.rc == 0:
             # The new controller restored the old one's state from /fsx, its node included.
-            self.ctl("scontrol", "delete", f"nodename={hostname}")
-            self.out(f"removed {hostname} from Slurm (scontrol delete nodename={hostname})")
+            self.forget_node(hostname)
         return w
+
+    def forget_node(self, hostname: str, timeout: float = 30) -> bool:
+        """Remove a destroyed node from slurmctld (down first if a job still holds it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.ctl("scontrol", "delete", f"nodename={hostname}")
+            if r.returncode == 0 or "Invalid node name" in r.stderr:
+                self.out(f"removed {hostname} from Slurm (scontrol delete nodename={hostname})")
+                return True
+            if time.monotonic() > deadline:
+                self.out(f"could not remove {hostname} from Slurm: {r.stderr.strip()}")
+                return False
+            self.ctl("scontrol", "update", f"nodename={hostname}", "state=down", "reason=instance destroyed")
+            time.sleep(0.5)
 
     def status(self) -> None:
         if not self.c.nodes:

@@ -385,7 +385,7 @@ def test_wrong_munge_key_at_boot_is_refused_and_replaced_through_the_join_path(c
     finally:
         cluster.c.kill_node(w.node)
         cluster.watches.pop(w.node.hostname, None)
-        cluster.ctl("scontrol", "delete", f"nodename={w.node.hostname}")
+        assert cluster.forget_node(w.node.hostname)
 
 
 @pytest.mark.localcluster
