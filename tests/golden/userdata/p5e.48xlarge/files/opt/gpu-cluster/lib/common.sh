@@ -123,11 +123,21 @@ direct_start() {
   direct_pid "$name" >/dev/null || die "$name exited right after starting; last lines of $log: $(tail -n 5 "$log" | tr '\n' ' ')"
 }
 
+# direct_stop NAME: SIGTERM, then SIGKILL after GC_STOP_TIMEOUT s (default 30), as
+# systemd does after TimeoutStopSec. A slurmd whose controller is gone keeps retrying
+# its completion messages and ignores SIGTERM; without the kill it could never be
+# restarted towards a replaced controller.
 direct_stop() {
-  local pid
+  local pid gone
   pid=$(direct_pid "$1") || return 0
+  # Gone: no such process, or a zombie its parent has not reaped yet.
+  gone="! kill -0 $pid 2>/dev/null || [[ \$(ps -o stat= -p $pid) == Z* ]]"
   kill "$pid" 2>/dev/null || true
-  GC_WAIT_INTERVAL=1 wait_for 30 "$1 (pid $pid) to exit" bash -c "! kill -0 $pid 2>/dev/null"
+  if ! GC_WAIT_INTERVAL=1 wait_until "${GC_STOP_TIMEOUT:-30}" "$1 (pid $pid) to exit after SIGTERM" bash -c "$gone"; then
+    warn "$1 (pid $pid) did not exit on SIGTERM; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    GC_WAIT_INTERVAL=1 wait_for 10 "$1 (pid $pid) to exit after SIGKILL" bash -c "$gone"
+  fi
   rm -f "$GPU_CLUSTER_RUN/$1.pid"
 }
 
@@ -152,6 +162,32 @@ svc() {
       active) systemctl is-active --quiet "$2" ;;
     esac
   fi
+}
+
+# svc_pid NAME: the running service's main pid (nothing when it is not running).
+svc_pid() {
+  local pid
+  if [[ $GPU_CLUSTER_SERVICE_MANAGER == direct ]]; then
+    direct_pid "$1"
+  else
+    pid=$(systemctl show -p MainPID --value "$1" 2>/dev/null) && [[ $pid != 0 ]] && printf '%s\n' "$pid"
+  fi
+}
+
+# svc_older_than NAME FILE...: true when NAME runs and started before one of FILEs was
+# last written, i.e. it still runs with an older config (a step that wrote the file
+# and then failed before restarting the daemon leaves exactly that behind).
+svc_older_than() {
+  local name=$1 pid age started f
+  shift
+  pid=$(svc_pid "$name") || return 1
+  age=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ') || return 1
+  [[ $age =~ ^[0-9]+$ ]] || return 1
+  started=$(($(date +%s) - age))
+  for f in "$@"; do
+    [[ -e $f ]] && (($(stat -c %Y "$f") > started)) && return 0
+  done
+  return 1
 }
 
 # Reload unit files after drop-ins changed (no-op in direct mode).

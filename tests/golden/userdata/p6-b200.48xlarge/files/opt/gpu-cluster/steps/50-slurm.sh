@@ -86,6 +86,10 @@ main() {
   mkdir -p /var/spool/slurmd /var/log/slurm "$FSX_ROOT/slurmctld"
   "$GPU_CLUSTER_HOME/lib/check-slurmd-c.sh" || die "slurmd -C disagrees with the configured node (both lines above)"
   svc_reload
+  # A daemon that started before its config was last written runs with the old one
+  # (an earlier attempt wrote the file, then failed): restart it as if it had changed.
+  if svc_older_than slurmd /etc/slurm/slurm.conf /etc/default/slurmd ||
+    { is_controller && svc_older_than slurmctld /etc/slurm/slurm.conf; }; then CHANGED=1; fi
   if is_controller; then
     if ((CHANGED)); then svc restart slurmctld; else svc start slurmctld; fi
     wait_ctld 120 "slurmctld on this node to answer (scontrol ping)"
