@@ -8,7 +8,7 @@ set -euo pipefail
 main() {
   local python="${PYTHON:-python3}"
   local debs=(slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
-              shellcheck cloud-init iproute2 openssl util-linux procps)
+              shellcheck cloud-init iproute2 openssl util-linux procps curl)
   local missing=()
   local pkg
   for pkg in "${debs[@]}"; do
