@@ -55,12 +55,8 @@ def preflight(cfg: ClusterConfig) -> None:
         raise ConfigError(problems)
 
 
-def build(cfg: ClusterConfig, region: str | None = None) -> BuildResult:
-    """Declare the cluster. `region` defaults to the stack's `aws:region`."""
-    if region is None:
-        from infra.stack import aws_region
-
-        region = aws_region()
+def build(cfg: ClusterConfig, region: str) -> BuildResult:
+    """Declare the cluster in `region` (infra/stack.py reads it from `aws:region`)."""
     preflight(cfg)
     name = cfg.name
     spec = cfg.spec
