@@ -235,6 +235,11 @@ class Cluster:
             up, wk = d / "upper" / key, d / "work" / key
             lines += [f"mkdir -p {up} {wk}",
                       f"mount -t overlay overlay -o lowerdir=/{top},upperdir={up},workdir={wk} /{top}"]
+        # cloud-init's write_files, inside the node's own view of the file system. It runs
+        # before the private tmpfs mounts: the repository (and so this module) may live
+        # under /tmp, which the node's own /tmp hides (write_files refuses those paths).
+        lines.append(f"PYTHONPATH={REPO} {sys.executable} -S -m localcluster.nodes write-files "
+                     f"{d / 'write_files.json'}")
         for top, mode in TMPFS:
             lines.append(f"mount -t tmpfs -o mode={mode},size=1g tmpfs /{top}")
         lines += ["mkdir -p -m 1777 /run/lock"]
@@ -243,9 +248,6 @@ class Cluster:
             lines.append(f"mount --bind {cg} {CGROUP_ROOT / ctl}")
         if node.fsx:
             lines.append(f"mount --bind {self.fsx_dir} /fsx")
-        # cloud-init's write_files, inside the node's own view of the file system
-        lines.append(f"PYTHONPATH={REPO} {sys.executable} -S -m localcluster.nodes write-files "
-                     f"{d / 'write_files.json'}")
         lines += [f"echo ready > {d / 'init.ready'}", "exec sleep infinity"]
         return "\n".join(lines) + "\n"
 
@@ -429,6 +431,10 @@ def write_files(manifest_path: str) -> None:
     import pwd
     for entry in json.loads(Path(manifest_path).read_text()):
         path = Path(entry["path"])
+        hidden = [top for top, _ in TMPFS if path.is_relative_to(f"/{top}")]
+        if hidden:
+            raise SystemExit(f"write_files: {path} is under /{hidden[0]}, which the local node mounts "
+                             "privately after writing files; write it elsewhere or extend localcluster")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(entry["b64"]))
         os.chmod(path, entry["mode"])
