@@ -271,6 +271,26 @@ def test_build_records_baseline_then_compares_and_drains(tmp_path):
     assert "bad node c: all_reduce NO-GO with b: below baseline -> drained" in summary
 
 
+def test_gpu_cluster_whose_gpu_steps_never_ran_is_nogo(tmp_path):
+    # A p5 cluster where nccl-tests and fi_pingpong were missing: PMIx passed, every
+    # GPU/EFA step was skipped. Nothing was shown, so the gate must not say GO.
+    root = tmp_path / "validation"
+    skipped = [rec("pmix", ["a", "b"], "GO", kind="")] + [
+        rec(step, ["a", "b"], "SKIPPED", reasons=["no nccl-tests directory under /usr/local"])
+        for step in ("single", "all_reduce", "alltoall", "pingpong")]
+    write_steps(root / "r", skipped)
+    r = vr.build({**CFG, "gpus": 8}, str(root / "r"), str(root), now="t")
+    assert r["verdict"] == "NO-GO"
+    assert r["reasons"] == [
+        f"{step} never ran (every attempt was skipped, see above): a p5.48xlarge cluster is not validated until it does"
+        for step in ("single", "all_reduce", "alltoall", "pingpong")]
+    assert not (root / "baseline.json").exists()
+    # The same records on a profile without GPUs (the local cluster) are GO with the skips listed.
+    write_steps(root / "r0", skipped)
+    r0 = vr.build({**CFG, "gpus": 0}, str(root / "r0"), str(root), now="t")
+    assert r0["verdict"] == "GO" and len(r0["skipped"]) == 4
+
+
 def test_build_without_steps_is_nogo(tmp_path):
     (tmp_path / "validation" / "r").mkdir(parents=True)
     r = vr.build(CFG, str(tmp_path / "validation" / "r"), str(tmp_path / "validation"), now="t")

@@ -13,6 +13,7 @@ except ImportError:
     import verdict
 FIGURES = {'single': ('busbw', None, 'min'), 'all_reduce': ('algbw', 'all_reduce_min_algbw', 'min'), 'alltoall': ('algbw', 'alltoall_min_algbw', 'min'), 'torch_all_reduce': ('algbw', 'all_reduce_min_algbw', 'min'), 'torch_all_to_all': ('algbw', 'alltoall_min_algbw', 'min'), 'pingpong': ('latency_us', 'pingpong_max_latency_us', 'max')}
 PAIR_STEPS = ('all_reduce', 'alltoall', 'torch_all_reduce', 'torch_all_to_all', 'pingpong')
+REQUIRED_ON_GPUS = ('single', 'all_reduce', 'alltoall', 'pingpong')
 REASON_PREFIX = 'gpu-cluster validation: '
 
 def load_json(path, default=None):
@@ -153,10 +154,14 @@ def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None
     except OSError:
         pass
     nogo = [r for r in records if r['verdict'] == 'NO-GO']
+    ran = {r['step'] for r in records if r['verdict'] != 'SKIPPED'}
+    never_ran = [s for s in REQUIRED_ON_GPUS if s not in ran] if int(config.get('gpus', 0)) > 0 and records else []
     bad = blame(records)
-    report = {'run_id': meta.get('run_id', os.path.basename(run_dir.rstrip('/'))), 'job_id': meta.get('job_id'), 'cluster': config['cluster_name'], 'instance_type': config['instance_type'], 'nodes': meta.get('nodes', []), 'started': meta.get('started'), 'finished': now or _now(), 'thresholds': config['thresholds'], 'baseline_margin': config.get('baseline_margin'), 'steps': records, 'blamed_nodes': bad, 'pair_groups': groups(records), 'skipped': [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r['verdict'] == 'SKIPPED'], 'verdict': 'NO-GO' if nogo or not records else 'GO'}
+    report = {'run_id': meta.get('run_id', os.path.basename(run_dir.rstrip('/'))), 'job_id': meta.get('job_id'), 'cluster': config['cluster_name'], 'instance_type': config['instance_type'], 'nodes': meta.get('nodes', []), 'started': meta.get('started'), 'finished': now or _now(), 'thresholds': config['thresholds'], 'baseline_margin': config.get('baseline_margin'), 'steps': records, 'blamed_nodes': bad, 'pair_groups': groups(records), 'skipped': [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r['verdict'] == 'SKIPPED'], 'verdict': 'NO-GO' if nogo or not records or never_ran else 'GO'}
     if not records:
         report['reasons'] = ['no step recorded: the job died before its first step']
+    elif never_ran and (not nogo):
+        report['reasons'] = [f"{step} never ran (every attempt was skipped, see above): a {config['instance_type']} cluster is not validated until it does" for step in never_ran]
     base_path = os.path.join(root, 'baseline.json')
     baseline = load_json(base_path)
     report['baseline'] = {'path': base_path, 'run_id': (baseline or {}).get('run_id'), 'applied': bool(usable_baseline(config, baseline))}
