@@ -3,7 +3,10 @@
 tests/golden/userdata/<instance-type>/
   user-data.gz      the exact bytes EC2 gets (before base64)
   s3-payload.sha256 digest of the S3 payload (or "none")
-  files/<node path> every rendered file (NodeFiles.files)
+  files/<node path> every rendered file (NodeFiles.files) that differs between types
+tests/golden/userdata/common/files/<node path>
+  the files every catalog type gets byte for byte, kept once so that a change to them
+  is one diff in review, not one per instance type
 Any change to a template, a renderer or the catalog shows up here as a reviewable diff.
 Rewrite on purpose with `pytest tests/test_userdata_golden.py --update-golden`.
 """
@@ -11,6 +14,7 @@ Rewrite on purpose with `pytest tests/test_userdata_golden.py --update-golden`.
 from __future__ import annotations
 
 import shutil
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -38,18 +42,42 @@ def _render(instance_type: str) -> dict[str, bytes]:
     return out
 
 
+COMMON = GOLDEN / "common"
+
+
+@lru_cache(maxsize=1)
+def _common() -> dict[str, bytes]:
+    """Node files every catalog type renders identically."""
+    renders = [_render(t) for t in SUPPORTED_INSTANCE_TYPES]
+    first = renders[0]
+    return {rel: content for rel, content in first.items()
+            if rel.startswith("files/") and all(r.get(rel) == content for r in renders[1:])}
+
+
+def _write_tree(root: Path, files: dict[str, bytes]) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    for rel, content in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(content)
+
+
+def _read_tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.parametrize("instance_type", SUPPORTED_INSTANCE_TYPES)
 def test_golden(instance_type, update_golden):
     rendered = _render(instance_type)
     root = GOLDEN / instance_type
     if update_golden:
-        shutil.rmtree(root, ignore_errors=True)
-        for rel, content in rendered.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_bytes(content)
+        common = _common()
+        _write_tree(COMMON, common)
+        _write_tree(root, {rel: c for rel, c in rendered.items() if rel not in common})
         return
-    assert root.is_dir(), f"no golden files for {instance_type}: run pytest --update-golden"
-    on_disk = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    assert root.is_dir() and COMMON.is_dir(), f"no golden files for {instance_type}: run pytest --update-golden"
+    own = _read_tree(root)
+    on_disk = {**_read_tree(COMMON), **own}
+    assert not set(own) & set(_read_tree(COMMON)), "a file is both common and per type: --update-golden"
     assert sorted(on_disk) == sorted(rendered), "rendered file set changed: review, then --update-golden"
     changed = [rel for rel in rendered if rendered[rel] != on_disk[rel]]
     # Node files first, so the failure shows the diff of what actually changed.
