@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from infra.config import ClusterConfig, ConfigError
+from model.config import ClusterConfig, ConfigError
 from infra.iam import NodeIdentity, NodeIdentityArgs
 from infra.launch_template import (NodeLaunchTemplate, NodeLaunchTemplateArgs, encode_inline_user_data,
                                    encode_user_data, image_id, needs_s3_payload, render_user_data,

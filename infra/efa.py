@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.catalog import InstanceSpec
+from model.catalog import InstanceSpec
 
 ENA = "interface"
 EFA_ONLY = "efa-only"

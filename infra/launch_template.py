@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_aws as aws
 
-from infra.catalog import InstanceSpec
-from infra.config import ClusterConfig, RootVolumeConfig
+from model.catalog import InstanceSpec
+from model.config import ClusterConfig, RootVolumeConfig
 from infra.efa import interface_layout
 
 if TYPE_CHECKING:  # the renderer is imported lazily: it pulls in jinja2 and the templates

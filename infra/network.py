@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import ROOT
+from model.config import ROOT
 
 
 def check_existing_subnet(subnet_id: str, availability_zone: str) -> list[tuple[str, str]]:

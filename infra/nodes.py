@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import NodeGroup
+from model.config import NodeGroup
 
 ON_DEMAND = "on-demand"
 

@@ -33,7 +33,7 @@ from typing import Any
 import pulumi
 import yaml
 
-from infra.config import CONFIG_KEY, CONFIG_NAMESPACE
+from model.config import CONFIG_KEY, CONFIG_NAMESPACE
 
 REPO = Path(__file__).resolve().parent.parent
 FSX_ID = "fs-0123456789abcdef0"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
-from infra.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, parse_config
+from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, parse_config
 
 
 def load_config() -> ClusterConfig:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import FsxConfig
+from model.config import FsxConfig
 
 LUSTRE_VERSION = "2.15"
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from infra.catalog import InstanceSpec
-from infra.config import ClusterConfig, parse_config
+from model.catalog import InstanceSpec
+from model.config import ClusterConfig, parse_config
 
 PROFILE_NOTE = "test profile: no GPUs, CPUs/memory from this host"
 AZ = "us-east-2b"

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.catalog import InstanceSpec
+from model.catalog import InstanceSpec
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "scontrol", "srun")
 

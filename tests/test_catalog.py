@@ -2,7 +2,7 @@
 
 import pytest
 
-from infra.catalog import CATALOG, REAL_MEMORY_FRACTION, SUPPORTED_INSTANCE_TYPES, InstanceSpec
+from model.catalog import CATALOG, REAL_MEMORY_FRACTION, SUPPORTED_INSTANCE_TYPES, InstanceSpec
 
 # (type, gpus, vcpus, sockets, cores/socket, threads, EFA, network cards, EFA Gbit/s)
 EXPECTED = [

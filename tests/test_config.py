@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from infra.config import ConfigError, parse_config
+from model.config import ConfigError, parse_config
 from tests.mocks import stack_config, valid_raw
 
 R = "gpu-cluster:cluster"

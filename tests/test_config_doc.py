@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from infra.config_doc import reference_table
+from model.config_doc import reference_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"
@@ -13,7 +13,7 @@ def test_readme_config_reference_matches_models():
     assert BEGIN in text and END in text, "README.md lost its config-reference markers"
     current = text.split(BEGIN, 1)[1].split(END, 1)[0]
     assert current == reference_table(), (
-        "README config reference is stale: regenerate it with `python -m infra.config_doc`"
+        "README config reference is stale: regenerate it with `python -m model.config_doc`"
     )
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from infra.catalog import CATALOG
+from model.catalog import CATALOG
 from infra.efa import EFA_ONLY, ENA, interface_layout
 
 # type -> (network cards, EFA interfaces, total interfaces)

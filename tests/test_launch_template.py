@@ -7,8 +7,8 @@ import base64
 import pulumi
 import pytest
 
-from infra.catalog import CATALOG
-from infra.config import RootVolumeConfig, parse_config
+from model.catalog import CATALOG
+from model.config import RootVolumeConfig, parse_config
 from infra.launch_template import (NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id, needs_s3_payload,
                                    probe_endpoint, render_user_data)
 from tests.mocks import run_component, valid_raw

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from infra.config import CapacityBlock, NodeGroup
+from model.config import CapacityBlock, NodeGroup
 from infra.nodes import NodeGroups, NodeGroupsArgs
 from tests.mocks import run_component
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.catalog import CATALOG
+from model.catalog import CATALOG
 from userdata import slurm_conf as sc
 from userdata import templating
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.catalog import CATALOG
+from model.catalog import CATALOG
 from tests.slurm_harness import (
     SYSROOT_ENV,
     SlurmTestCluster,

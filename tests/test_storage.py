@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from infra.config import FsxConfig
+from model.config import FsxConfig
 from infra.storage import FileSystem, FileSystemArgs
 from tests.mocks import run_component
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
-from infra.config import parse_config
+from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
+from model.config import parse_config
 from userdata.render import FsxEndpoint, render_userdata
 
 GOLDEN = Path(__file__).parent / "golden" / "userdata"

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
-from infra.config import parse_config
+from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
+from model.config import parse_config
 from userdata import render
 from userdata.render import FsxEndpoint, render_userdata
 

@@ -18,7 +18,7 @@ DATA = Path(__file__).parent / "data" / "verdict"
 SCRIPTS = ("/opt/gpu-cluster/validation/gate.sh", "/opt/gpu-cluster/validation/first-boot.sbatch",
            "/opt/gpu-cluster/bin/gpu-cluster-validation")
 
-# catalog figures per node (infra/catalog.py is the source on the real path)
+# catalog figures per node (model/catalog.py is the source on the real path)
 TYPES = {
     "p5.48xlarge": dict(gpus=8, vcpus=192, efa_count=32, efa_gbps=3200),
     "p4d.24xlarge": dict(gpus=8, vcpus=96, efa_count=4, efa_gbps=400),

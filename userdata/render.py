@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from infra.catalog import InstanceSpec
+from model.catalog import InstanceSpec
 from userdata import slurm_conf, templating
 from userdata.validation_files import validation_files
 

@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-from infra.catalog import InstanceSpec
+from model.catalog import InstanceSpec
 from userdata import templating
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"

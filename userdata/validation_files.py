@@ -2,7 +2,7 @@
 
     validation_files(ctx) -> {absolute node path: file content}
 
-ctx keys (plain values, e.g. from the stack config and infra/catalog.py):
+ctx keys (plain values, e.g. from the stack config and model/catalog.py):
   cluster_name        str   cluster name
   instance_type       str   e.g. "p5.48xlarge"
   gpus                int   GPUs per node (0 on the CPU-only local cluster)

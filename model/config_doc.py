@@ -1,6 +1,6 @@
 """Config reference table, generated from the models so README.md cannot drift.
 
-`python -m infra.config_doc` prints the markdown table that README.md carries between
+`python -m model.config_doc` prints the markdown table that README.md carries between
 the `config-reference` markers; tests/test_config_doc.py fails when they differ.
 """
 
@@ -11,7 +11,7 @@ import typing
 
 from pydantic import BaseModel
 
-from infra.config import ROOT, ClusterConfig
+from model.config import ROOT, ClusterConfig
 
 
 def _type_name(annotation) -> str:

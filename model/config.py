@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from infra.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
+from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
 
 CONFIG_NAMESPACE = "gpu-cluster"
 CONFIG_KEY = "cluster"
