@@ -3,7 +3,7 @@
     python bench/bench_stack.py [--repeat N]
 
 Runs the real program (`infra.stack.run()` -> `infra.cluster.build`) under the offline
-render's mocks, with the dev stack file's config resized: 2 nodes in one block, 64 in
+plan's mocks, with the dev stack file's config resized: 2 nodes in one block, 64 in
 one block, 1024 across 16 blocks of 64.
 
 Two figures per size, each the best (minimum) of N runs, with the median beside it; the
@@ -16,8 +16,8 @@ minimum is the least disturbed by other work on the machine (timeit's convention
              marginal cost of the resources themselves.
 Nodes come from one Auto Scaling group per block and one launch template for the
 cluster, so the resource count grows by one group per block, never with nodes: 64 nodes
-in one block cost the same as 2. Both columns include the user-data render (twice: the
-payload decision and the real render), a fixed cost.
+in one block cost the same as 2. Both columns include the one user-data render, a fixed
+cost.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def sized(raw: dict, nodes: int, blocks: int) -> dict:
 
 def one(nodes: int, blocks: int, warm: bool) -> dict:
     """Evaluate once in this process; with `warm`, after an untimed warm-up run."""
-    from infra.render import load_stack_config, run_under_mocks
+    from infra.plan import load_stack_config, run_under_mocks
 
     base, region = load_stack_config("dev")
     raw = sized(base, nodes, blocks)

@@ -1,26 +1,31 @@
 """Top-level wiring: parsed config -> components -> stack outputs.
 
 `build(cfg, region)` is the whole program; `infra/stack.py` (pulumi up) and
-`infra/render.py` (offline, under mocks) both call it. Components get plain values
-and Outputs, never `pulumi.Config`.
+`infra/plan.py` (offline, under mocks) both call it. Components get plain values
+and Outputs, never `pulumi.Config`. This is the one place the node renderer is called:
+once, when the FSx endpoint and the payload bucket are known.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 import pulumi
 
-from model.config import ClusterConfig, ConfigError
 from infra.iam import NodeIdentity, NodeIdentityArgs
-from infra.launch_template import (NodeLaunchTemplate, NodeLaunchTemplateArgs, encode_inline_user_data,
-                                   encode_user_data, image_id, needs_s3_payload, render_user_data,
-                                   require_payload)
+from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
 from infra.network import Network, NetworkArgs, check_existing_subnet
-from infra.nodes import ON_DEMAND, NodeGroups, NodeGroupsArgs
+from infra.nodes import NodeGroups, NodeGroupsArgs
+from infra.payload import PayloadBucket, PayloadBucketArgs, PayloadObject, PayloadObjectArgs, payload_uri_template
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
-from infra.storage import (FileSystem, FileSystemArgs, PayloadBucket, PayloadBucketArgs, PayloadObject,
-                           PayloadObjectArgs)
+from infra.storage import FileSystem, FileSystemArgs
+from model import tags as node_tags
+from model.catalog import InstanceSpec
+from model.config import ClusterConfig, ConfigError
+from model.tags import ON_DEMAND
+from userdata import layout
+from userdata.render import FsxEndpoint, NodeFiles, render_userdata
 
 
 @dataclass
@@ -29,8 +34,23 @@ class BuildResult:
     node_files: pulumi.Output  # Output[userdata.render.NodeFiles], shared by all templates
 
 
-def validation_results_path(cluster_name: str) -> str:
-    return f"/fsx/.gpu-cluster/{cluster_name}/validation/"
+def render_node_files(cfg: ClusterConfig, spec: InstanceSpec, dns_name: pulumi.Input[str],
+                      mount_name: pulumi.Input[str], bucket: pulumi.Input[str]) -> pulumi.Output:
+    """Output[NodeFiles]: the pure renderer, called once the FSx endpoint and bucket are known.
+
+    Only a function call happens inside apply; no resource is declared there.
+    """
+    def render(values: list[str]) -> NodeFiles:
+        dns, mount, bucket_name = values
+        return render_userdata(cfg, spec, FsxEndpoint(dns_name=dns, mount_name=mount),
+                               payload_uri_template(bucket_name))
+
+    return pulumi.Output.all(dns_name, mount_name, bucket).apply(render)
+
+
+def encode_user_data(node_files: NodeFiles) -> str:
+    """Base64 of the exact bytes: LaunchTemplate.user_data is not encoded by the provider."""
+    return base64.b64encode(node_files.user_data).decode("ascii")
 
 
 def controller_commands(region: str, controller_asg: str) -> tuple[str, str]:
@@ -60,7 +80,7 @@ def build(cfg: ClusterConfig, region: str) -> BuildResult:
     preflight(cfg)
     name = cfg.name
     spec = cfg.spec
-    tags = {**cfg.tags, "GpuClusterName": name}
+    tags = {**cfg.tags, node_tags.CLUSTER: name}
 
     net = Network(name, NetworkArgs(cluster_name=name, availability_zone=cfg.network.availability_zone,
                                     subnet_id=cfg.network.subnet_id, vpc_cidr=cfg.network.vpc_cidr,
@@ -69,21 +89,16 @@ def build(cfg: ClusterConfig, region: str) -> BuildResult:
     fsx = FileSystem(name, FileSystemArgs(cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id,
                                           security_group_id=sg.security_group_id, tags=tags))
     # One render for the whole cluster: the bytes do not depend on node count or block
-    # (node contract), so every node boots the same user data.
-    payload_arn = payload_bucket = None
-    if needs_s3_payload(cfg, spec, region):
-        bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
-        node_files = render_user_data(cfg, spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name)
-        payload = PayloadObject(name, PayloadObjectArgs(
-            bucket_name=bucket.bucket_name, s3_payload=node_files.apply(require_payload), tags=tags))
-        payload_arn = payload.object_arn
-        payload_bucket = bucket.bucket_name
-        # Tie the user data to the uploaded object: no node boots before its payload exists.
-        user_data_b64 = pulumi.Output.all(node_files, payload.key).apply(lambda v: encode_user_data(v[0]))
-    else:
-        node_files = render_user_data(cfg, spec, fsx.dns_name, fsx.mount_name)
-        user_data_b64 = node_files.apply(encode_inline_user_data)
-    identity = NodeIdentity(name, NodeIdentityArgs(cluster_name=name, payload_object_arn=payload_arn, tags=tags))
+    # (node contract), so every node boots the same user data. The node files always
+    # travel as the S3 payload: they are twice EC2's user-data limit (README, design).
+    bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
+    node_files = render_node_files(cfg, spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name)
+    payload = PayloadObject(name, PayloadObjectArgs(
+        bucket_name=bucket.bucket_name, s3_payload=node_files.apply(lambda nf: nf.s3_payload), tags=tags))
+    # Tie the user data to the uploaded object: no node boots before its payload exists.
+    user_data_b64 = pulumi.Output.all(node_files, payload.key).apply(lambda v: encode_user_data(v[0]))
+    identity = NodeIdentity(name, NodeIdentityArgs(cluster_name=name, payload_object_arn=payload.object_arn,
+                                                   tags=tags))
 
     lt = NodeLaunchTemplate(name, NodeLaunchTemplateArgs(
         cluster_name=name, spec=spec, image_id=image_id(cfg),
@@ -117,7 +132,7 @@ def build(cfg: ClusterConfig, region: str) -> BuildResult:
                                  "capacity_block_id": g.block.reservation_id if g.block is not None else None}
                         for g in groups if g.name in nodes.asg_names},
         "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
-        "validation_results_path": validation_results_path(name),
-        "user_data_payload_bucket": payload_bucket,
+        "validation_results_path": layout.validation_results(name),
+        "user_data_payload_bucket": bucket.bucket_name,
     }
     return BuildResult(outputs=outputs, node_files=node_files)

@@ -22,9 +22,7 @@ interfaces (FACTS 2.4).
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -32,9 +30,6 @@ import pulumi_aws as aws
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig, RootVolumeConfig
 from infra.efa import interface_layout
-
-if TYPE_CHECKING:  # the renderer is imported lazily: it pulls in jinja2 and the templates
-    from userdata.render import FsxEndpoint
 
 # Ubuntu DLAMI root device.
 ROOT_DEVICE = "/dev/sda1"
@@ -52,66 +47,6 @@ def image_id(cfg: ClusterConfig) -> str:
     keep every node on one AMI.
     """
     return cfg.image.ami_id or f"resolve:ssm:{cfg.image.ssm_parameter}"
-
-
-def probe_endpoint(region: str) -> "FsxEndpoint":
-    """An FSx endpoint shaped like the real one (same lengths), before FSx exists."""
-    from userdata.render import FsxEndpoint
-
-    return FsxEndpoint(dns_name=f"fs-{'0' * 17}.fsx.{region}.amazonaws.com", mount_name="x" * 8)
-
-
-def needs_s3_payload(cfg: ClusterConfig, spec: InstanceSpec, region: str) -> bool:
-    """Whether the node files outgrow inline user data, decided before any resource.
-
-    Resources may not be declared inside `apply`, so the bucket and object must be known
-    up front: render once with an endpoint of the real one's length (the DNS name and
-    mount name are the only values not known yet, and their lengths are fixed).
-    """
-    from userdata.render import render_userdata
-
-    return render_userdata(cfg, spec, probe_endpoint(region)).s3_payload is not None
-
-
-def render_user_data(cfg: ClusterConfig, spec: InstanceSpec, dns_name: pulumi.Input[str],
-                     mount_name: pulumi.Input[str], payload_bucket: pulumi.Input[str] | None = None) -> pulumi.Output:
-    """Output[NodeFiles]: the pure renderer called once the FSx endpoint is known.
-
-    Only a function call happens inside apply; no resource is declared there.
-    """
-    from infra.storage import payload_uri_template
-    from userdata.render import FsxEndpoint, render_userdata
-
-    def render(values):
-        dns, mount, bucket = values
-        uri = payload_uri_template(bucket) if bucket else None
-        return render_userdata(cfg, spec, FsxEndpoint(dns_name=dns, mount_name=mount), uri)
-
-    return pulumi.Output.all(dns_name, mount_name, payload_bucket).apply(render)
-
-
-_EDGE = ("the rendered user data sits within a few bytes of the inline budget (userdata/render.py "
-         "INLINE_BUDGET), so the S3 payload decision made before FSx existed does not hold for the real "
-         "FSx endpoint; move the budget or the node files so the render is clearly on one side")
-
-
-def encode_user_data(node_files) -> str:
-    """Base64 of the exact bytes: LaunchTemplate.user_data is not encoded by the provider."""
-    return base64.b64encode(node_files.user_data).decode("ascii")
-
-
-def encode_inline_user_data(node_files) -> str:
-    """As encode_user_data, for a render planned without a payload (see needs_s3_payload)."""
-    if node_files.s3_payload is not None:
-        # The probe and the real endpoint compress a few bytes apart: only at the budget edge.
-        raise RuntimeError(_EDGE)
-    return encode_user_data(node_files)
-
-
-def require_payload(node_files):
-    if node_files.s3_payload is None:
-        raise RuntimeError(_EDGE)
-    return node_files.s3_payload
 
 
 @dataclass

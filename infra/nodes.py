@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from model import tags as node_tags
 from model.config import NodeGroup
-
-ON_DEMAND = "on-demand"
+from model.tags import ON_DEMAND
 
 
 def asg_name(cluster_name: str, group_name: str) -> str:
@@ -49,13 +49,11 @@ def asg_name(cluster_name: str, group_name: str) -> str:
 def instance_tags(cluster_name: str, group: NodeGroup, total_nodes: int,
                   extra: dict[str, str]) -> dict[str, str]:
     """Tags each instance carries; the node contract reads the GpuCluster* ones from IMDS."""
+    block = group.block.name if group.block is not None else ON_DEMAND
     return {
         **extra,
         "Name": f"{cluster_name}-{group.role}",
-        "GpuClusterName": cluster_name,
-        "GpuClusterRole": group.role,
-        "GpuClusterNodes": str(total_nodes),
-        "GpuClusterBlock": group.block.name if group.block is not None else ON_DEMAND,
+        **node_tags.identity_tags(cluster_name, group.role, total_nodes, block),
     }
 
 

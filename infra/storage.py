@@ -15,7 +15,6 @@ configuration (FSx then provisions metadata IOPS automatically).
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 
 import pulumi
@@ -93,81 +92,3 @@ class FileSystem(pulumi.ComponentResource):
         self.dns_name = fs.dns_name
         self.mount_name = fs.mount_name
         self.register_outputs({"file_system_id": fs.id, "dns_name": fs.dns_name, "mount_name": fs.mount_name})
-
-
-# --- User-data payload -----------------------------------------------------------
-# EC2 takes at most 16 KB of user data. When the rendered node files outgrow the inline
-# budget, the renderer moves them into a tar.gz (`NodeFiles.s3_payload`) and the user
-# data fetches it with the instance role (docs/node-contract.md). The program stores it
-# in a private bucket of the stack, under a content-addressed key, so a new payload is a
-# new object and the launch template version that names it never points at other bytes.
-
-PAYLOAD_PREFIX = "payload/"
-
-
-def payload_uri_template(bucket_name: str) -> str:
-    """The `payload_uri` handed to the renderer; it fills in `{sha256}`."""
-    return f"s3://{bucket_name}/{PAYLOAD_PREFIX}{{sha256}}.tar.gz"
-
-
-def payload_key(sha256: str) -> str:
-    return f"{PAYLOAD_PREFIX}{sha256}.tar.gz"
-
-
-@dataclass
-class PayloadBucketArgs:
-    cluster_name: str
-    tags: dict[str, str] = field(default_factory=dict)
-
-
-class PayloadBucket(pulumi.ComponentResource):
-    """Private bucket (all public access blocked; S3 encrypts at rest by default).
-
-    Outputs: bucket_name, bucket_arn.
-    """
-
-    bucket_name: pulumi.Output[str]
-    bucket_arn: pulumi.Output[str]
-
-    def __init__(self, name: str, args: PayloadBucketArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:PayloadBucket", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        bucket = aws.s3.Bucket(
-            f"{name}-payload", bucket_prefix=f"gpu-cluster-{args.cluster_name}-",
-            force_destroy=True,  # only rendered payloads live here; `pulumi destroy` must not stall
-            tags=args.tags, opts=child)
-        aws.s3.BucketPublicAccessBlock(
-            f"{name}-payload", bucket=bucket.id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=child)
-        self.bucket_name = bucket.bucket
-        self.bucket_arn = bucket.arn
-        self.register_outputs({"bucket_name": bucket.bucket, "bucket_arn": bucket.arn})
-
-
-@dataclass
-class PayloadObjectArgs:
-    bucket_name: pulumi.Input[str]
-    s3_payload: pulumi.Input  # Output[(sha256 hex, tar.gz bytes)] from NodeFiles.s3_payload
-    tags: dict[str, str] = field(default_factory=dict)
-
-
-class PayloadObject(pulumi.ComponentResource):
-    """The payload object. Outputs: object_arn, key."""
-
-    object_arn: pulumi.Output[str]
-    key: pulumi.Output[str]
-
-    def __init__(self, name: str, args: PayloadObjectArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:PayloadObject", name, None, opts)
-        payload = pulumi.Output.from_input(args.s3_payload)
-        key = payload.apply(lambda p: payload_key(p[0]))
-        obj = aws.s3.BucketObjectv2(
-            f"{name}-payload", bucket=args.bucket_name, key=key,
-            content_base64=payload.apply(lambda p: base64.b64encode(p[1]).decode("ascii")),
-            content_type="application/gzip", tags=args.tags,
-            opts=pulumi.ResourceOptions(parent=self))
-        # Built from the object's own outputs, so whatever uses them (the role policy, the
-        # launch template's user data) waits for the upload.
-        self.key = obj.key
-        self.object_arn = pulumi.Output.all(obj.bucket, obj.key).apply(lambda v: f"arn:aws:s3:::{v[0]}/{v[1]}")
-        self.register_outputs({"object_arn": self.object_arn, "key": obj.key})

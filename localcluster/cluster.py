@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localcluster import profile
+from model import tags as node_tags
 from localcluster.nodes import IMDS_PORT, Cluster, Node
 
 ENTRY_POINT = "/opt/gpu-cluster/bin/gpu-cluster-boot"
@@ -118,8 +119,7 @@ class LocalCluster:
             to_write[f"{SCRIPTS_DIR}/part-{i + 1:03d}"] = (script, 0o700, "root:root")
         to_write[OVERRIDES_PATH] = (overrides_env(), 0o644, "root:root")
         to_write.update(extra or {})
-        tags = {"GpuClusterName": self.name, "GpuClusterRole": role,
-                "GpuClusterNodes": str(expected or self.expected_nodes()), "GpuClusterBlock": "on-demand"}
+        tags = node_tags.identity_tags(self.name, role, expected or self.expected_nodes(), node_tags.ON_DEMAND)
         node = self.c.create_node(role, to_write, fsx=fsx, tags=tags, az=profile.AZ)
         proc = self.c.start_boot(node, boot_command(runcmd, len(scripts)))
         w = BootWatch(node, proc)

@@ -1,7 +1,7 @@
-"""Shared helpers: run components or the whole program under the render's mocks.
+"""Shared helpers: run components or the whole program under the plan's mocks.
 
-The mocks are `infra.render.PlanMocks` (deterministic ids, FSx dns/mount name, launch
-template latest_version 1), so tests see exactly what `python -m infra.render` writes.
+The mocks are `infra.plan.PlanMocks` (deterministic ids, FSx dns/mount name, launch
+template latest_version 1), so tests see exactly what `python -m infra.plan` writes.
 Each call re-installs the mocks (the mock runtime state is process-global, FACTS 7.4).
 """
 
@@ -11,7 +11,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from infra.render import PlanMocks, load_stack_config, run_under_mocks, run_with_mocks
+from infra.plan import PlanMocks, load_stack_config, run_under_mocks, run_with_mocks
 
 REGION = "us-east-2"
 

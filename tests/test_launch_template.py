@@ -9,8 +9,7 @@ import pytest
 
 from model.catalog import CATALOG
 from model.config import RootVolumeConfig, parse_config
-from infra.launch_template import (NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id, needs_s3_payload,
-                                   probe_endpoint, render_user_data)
+from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
 from tests.mocks import run_component, valid_raw
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -119,25 +118,3 @@ def test_image_id_default_and_explicit():
         "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id")
     raw["image"] = {"ami_id": "ami-0123456789abcdef0"}
     assert image_id(parse_config(raw)) == "ami-0123456789abcdef0"
-
-
-def test_user_data_rendered_from_fsx_endpoint_and_payload_bucket():
-    from userdata.render import FsxEndpoint, render_userdata
-
-    cfg = parse_config(valid_raw())
-    run = run_component(lambda: render_user_data(cfg, cfg.spec, pulumi.Output.from_input("fs-1.fsx"), "mnt1",
-                                                 pulumi.Output.from_input("bucket-1")))
-    want = render_userdata(cfg, cfg.spec, FsxEndpoint("fs-1.fsx", "mnt1"), "s3://bucket-1/payload/{sha256}.tar.gz")
-    assert run.value.user_data == want.user_data
-    assert run.value.s3_payload == want.s3_payload
-
-
-def test_payload_decision_matches_the_real_render():
-    """The probe endpoint has the real endpoint's lengths, so it decides like the real render."""
-    from userdata.render import FsxEndpoint, render_userdata
-
-    cfg = parse_config(valid_raw())
-    real = FsxEndpoint("fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com", "abcdefgh")
-    probe = probe_endpoint("us-east-2")
-    assert (len(probe.dns_name), len(probe.mount_name)) == (len(real.dns_name), len(real.mount_name))
-    assert needs_s3_payload(cfg, cfg.spec, "us-east-2") == (render_userdata(cfg, cfg.spec, real).s3_payload is not None)

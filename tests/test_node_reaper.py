@@ -22,6 +22,7 @@ from tests.slurm_harness import (
     localize_slurm_conf,
     missing_prerequisites,
 )
+from userdata import layout as node_layout
 from userdata import slurm_conf as sc
 
 _why = missing_prerequisites()
@@ -46,14 +47,14 @@ def cluster(tmp_path):
     layout = SlurmLayout(tmp_path)
     spec = host_profile_spec()
     files = sc.render_slurm_files("reaper", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = sc.fill_placeholders(files[sc.SLURM_CONF_TEMPLATE_PATH], {
+    conf = sc.fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
         "CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8})
     c = SlurmTestCluster(layout)
     c.write_configs({
         "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
         "cgroup.conf": files["/etc/slurm/cgroup.conf"],
         "gres.conf": files["/etc/slurm/gres.conf"],
-        "plugstack.conf": localize_plugstack_conf(files[sc.PLUGSTACK_CONF], layout),
+        "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
     })
     c.start_munged()
     c.start_slurmctld()

@@ -181,29 +181,11 @@ def test_missing_region_is_a_config_error():
     assert str(exc.value).startswith("aws:region: required")
 
 
-def test_inline_user_data_needs_no_payload(monkeypatch):
-    """When the node files fit inline, no bucket, object or extra IAM permission exists."""
-    import userdata.render as ud
-
-    def small(cfg, spec, fsx, payload_uri=None, **kw):
-        return ud.NodeFiles(user_data=f"#cloud-config\n# {fsx.dns_name} {fsx.mount_name}\n".encode(),
-                            files={"/etc/gpu-cluster/cluster.env": b"X=1\n"})
-
-    monkeypatch.setattr(ud, "render_userdata", small)
-    raw, region = stack_config("dev")
-    run = run_program(raw, region)
-    types = {t for t, _ in run.custom()}
-    assert not any(t.startswith("aws:s3/") for t in types) and "aws:iam/rolePolicy:RolePolicy" not in types
-    user_data = base64.b64decode(run.inputs(LT, "dev-lt")["userData"])
-    assert user_data == b"#cloud-config\n# fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com abcdefgh\n"
-    assert run.value["user_data_payload_bucket"] is None
-
-
 def test_main_exports_every_output():
     """`pulumi up` runs infra.stack.main(): every BuildResult output becomes a stack output."""
     import json as _json
 
-    from infra.render import PlanMocks, run_with_mocks
+    from infra.plan import PlanMocks, run_with_mocks
     from pulumi.runtime.settings import get_root_resource
 
     raw, region = stack_config("dev")

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from model.catalog import CATALOG
+from tests.node_shell import max_node_count
+from userdata import layout as node_layout
+from userdata.render import boot_files
 from userdata import slurm_conf as sc
 from userdata import templating
 
@@ -59,7 +62,7 @@ def test_slurmd_conf_arg_per_type(name):
 def test_def_cpu_per_gpu_is_vcpus_over_gpus(name):
     spec = CATALOG[name]
     assert sc.def_cpu_per_gpu(spec) == EXPECTED_DEF_CPU_PER_GPU[name] == spec.vcpus // spec.gpus
-    conf = sc.render_slurm_files("demo", "train", spec)[sc.SLURM_CONF_TEMPLATE_PATH]
+    conf = sc.render_slurm_files("demo", "train", spec)[node_layout.SLURM_CONF_TEMPLATE]
     assert f"\nDefCpuPerGPU={EXPECTED_DEF_CPU_PER_GPU[name]}\n" in conf
 
 
@@ -85,7 +88,7 @@ def test_gpu_less_profile_has_no_gres_and_no_def_cpu_per_gpu():
         "NodeAddr=127.0.0.1 CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
         "ThreadsPerCore=2 RealMemory=1992294 Feature=block-a,local-test")
     files = sc.render_slurm_files("demo", "train", spec)
-    settings = _settings(files[sc.SLURM_CONF_TEMPLATE_PATH])
+    settings = _settings(files[node_layout.SLURM_CONF_TEMPLATE])
     assert "DefCpuPerGPU" not in settings
     assert settings["GresTypes"] == "gpu"
     assert [ln for ln in files["/etc/slurm/gres.conf"].splitlines() if not ln.startswith("#")] == []
@@ -123,7 +126,7 @@ def test_p5_real_memory_below_measured_slurmd_c():
 # --- slurm.conf ---------------------------------------------------------------------
 
 def _conf(spec=P5, cluster="demo", partition="train") -> str:
-    return sc.render_slurm_files(cluster, partition, spec)[sc.SLURM_CONF_TEMPLATE_PATH]
+    return sc.render_slurm_files(cluster, partition, spec)[node_layout.SLURM_CONF_TEMPLATE]
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -192,7 +195,7 @@ def test_placeholders_are_sed_safe():
 
 def test_fill_placeholders_matches_sed():
     text = _conf()
-    values = {"CONTROLLER_HOST": "ip-10-0-0-5", "CONTROLLER_ADDR": "10.0.0.5", "MAX_NODES": sc.max_node_count(16)}
+    values = {"CONTROLLER_HOST": "ip-10-0-0-5", "CONTROLLER_ADDR": "10.0.0.5", "MAX_NODES": max_node_count(16)}
     filled = sc.fill_placeholders(text, values)
     assert "SlurmctldHost=ip-10-0-0-5(10.0.0.5)\n" in filled
     assert "MaxNodeCount=36\n" in filled
@@ -209,16 +212,11 @@ def test_fill_placeholders_refuses_missing_and_unsafe_values():
 
 
 @pytest.mark.parametrize(("nodes", "expected"), [(1, 6), (2, 8), (16, 36), (1024, 2052), (4096, 8196)])
-def test_max_node_count(nodes, expected):
-    assert sc.max_node_count(nodes) == expected
-    shell = sc.MAX_NODES_SHELL.replace("GPU_CLUSTER_NODES", str(nodes))
-    assert subprocess.run(["bash", "-c", f"echo {shell}"], capture_output=True, text=True,
-                          check=True).stdout.strip() == str(expected)
-
-
-def test_max_node_count_rejects_zero():
-    with pytest.raises(ValueError):
-        sc.max_node_count(0)
+def test_max_node_count_is_what_step_50_puts_in_slurm_conf(nodes, expected):
+    assert max_node_count(nodes) == expected
+    step = boot_files()[f"{node_layout.STEPS}/50-slurm.sh"]
+    assert 'max=$(max_node_count "$GPU_CLUSTER_NODES")' in step
+    assert '-e "s|@MAX_NODES@|$max|g"' in step
 
 
 # --- other files --------------------------------------------------------------------
@@ -293,7 +291,7 @@ def test_systemd_and_logind_dropins():
 
 @pytest.mark.parametrize("name", sorted(CATALOG))
 def test_slurmd_default_carries_the_node_line(name, tmp_path):
-    text = sc.render_slurm_files("demo", "train", CATALOG[name])[sc.SLURMD_DEFAULT_TEMPLATE_PATH]
+    text = sc.render_slurm_files("demo", "train", CATALOG[name])[node_layout.SLURMD_DEFAULT_TEMPLATE]
     assert _body(text) == [f'SLURMD_NODE_CONF="{EXPECTED_CONF_ARG[name]}"']
     # Filled like the boot does, the file sources to exactly one --conf argument.
     filled = sc.fill_placeholders(text, {"NODE_ADDR": "10.0.7.9", "NODE_BLOCK": "a"})
@@ -347,7 +345,7 @@ def test_render_does_not_depend_on_node_count_or_block():
 @pytest.fixture
 def check_script(tmp_path) -> Path:
     path = tmp_path / "check-slurmd-c.sh"
-    path.write_text(sc.render_slurm_files("demo", "train", P5)[sc.CHECK_SLURMD_C_PATH])
+    path.write_text(sc.render_slurm_files("demo", "train", P5)[node_layout.CHECK_SLURMD_C])
     path.chmod(0o755)
     return path
 

@@ -36,6 +36,8 @@ from tests.slurm_harness import (
     parse_node_line,
     sysroot_problem,
 )
+from tests.node_shell import max_node_count
+from userdata import layout as node_layout
 from userdata import slurm_conf as sc
 
 _why = missing_prerequisites()
@@ -47,10 +49,10 @@ CLUSTER, PARTITION = "oracle", "train"
 def _config(spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None,
             cgroup_plugin: str | None = None) -> dict[str, str]:
     files = sc.render_slurm_files(CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin())
-    conf = sc.fill_placeholders(files[sc.SLURM_CONF_TEMPLATE_PATH], {
+    conf = sc.fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
         "CONTROLLER_HOST": host_short_name(),
         "CONTROLLER_ADDR": "127.0.0.1",
-        "MAX_NODES": sc.max_node_count(expected_nodes),
+        "MAX_NODES": max_node_count(expected_nodes),
     })
     gres = files["/etc/slurm/gres.conf"]
     if gres_dir is not None:
@@ -59,7 +61,7 @@ def _config(spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | N
         "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
         "gres.conf": gres,
         "cgroup.conf": files["/etc/slurm/cgroup.conf"],
-        "plugstack.conf": localize_plugstack_conf(files[sc.PLUGSTACK_CONF], layout),
+        "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
     }
 
 
@@ -164,7 +166,7 @@ def test_dynamic_node_registers_and_runs_steps(cluster):
 
 def test_check_slurmd_c_passes_on_this_host(tmp_path):
     script = tmp_path / "check-slurmd-c.sh"
-    script.write_text(sc.render_slurm_files(CLUSTER, PARTITION, host_profile_spec())[sc.CHECK_SLURMD_C_PATH])
+    script.write_text(sc.render_slurm_files(CLUSTER, PARTITION, host_profile_spec())[node_layout.CHECK_SLURMD_C])
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=20)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("check-slurmd-c: ok\n")

@@ -73,37 +73,3 @@ def test_scratch2_has_no_throughput():
     fs = run.inputs(FS, "c1-lustre")
     assert fs["deploymentType"] == "SCRATCH_2"
     assert "perUnitStorageThroughput" not in fs
-
-
-def test_payload_bucket_is_private():
-    from infra.storage import PayloadBucket, PayloadBucketArgs
-
-    run = run_component(lambda: PayloadBucket("c1", PayloadBucketArgs(cluster_name="c1", tags=TAGS)).bucket_name)
-    assert run.custom() == [("aws:s3/bucket:Bucket", "c1-payload"),
-                            ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "c1-payload")]
-    bucket = run.inputs("aws:s3/bucket:Bucket", "c1-payload")
-    assert bucket == {"bucketPrefix": "gpu-cluster-c1-", "forceDestroy": True, "tags": TAGS}
-    pab = run.inputs("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "c1-payload")
-    assert pab == {"bucket": run.value, "blockPublicAcls": True, "blockPublicPolicy": True,
-                   "ignorePublicAcls": True, "restrictPublicBuckets": True}
-    for typ, name in run.custom():
-        assert run.parent_type(typ, name) == "gpu-cluster:index:PayloadBucket"
-
-
-def test_payload_object_is_content_addressed():
-    import base64
-
-    from infra.storage import PayloadObject, PayloadObjectArgs
-
-    def program():
-        obj = PayloadObject("c1", PayloadObjectArgs(bucket_name="bucket-1", s3_payload=("ab" * 32, b"\x1f\x8bdata")))
-        return pulumi.Output.all(obj.object_arn, obj.key)
-
-    run = run_component(program)
-    obj = run.inputs("aws:s3/bucketObjectv2:BucketObjectv2", "c1-payload")
-    assert obj["bucket"] == "bucket-1"
-    assert obj["key"] == f"payload/{'ab' * 32}.tar.gz"
-    assert base64.b64decode(obj["contentBase64"]) == b"\x1f\x8bdata"
-    assert obj["contentType"] == "application/gzip"
-    assert run.value == [f"arn:aws:s3:::bucket-1/payload/{'ab' * 32}.tar.gz", f"payload/{'ab' * 32}.tar.gz"]
-    assert run.parent_type("aws:s3/bucketObjectv2:BucketObjectv2", "c1-payload") == "gpu-cluster:index:PayloadObject"

@@ -2,7 +2,7 @@
 
 tests/golden/userdata/<instance-type>/
   user-data.gz      the exact bytes EC2 gets (before base64)
-  s3-payload.sha256 digest of the S3 payload (or "none")
+  s3-payload.sha256 digest of the S3 payload
   files/<node path> every rendered file (NodeFiles.files) that differs between types
 tests/golden/userdata/common/files/<node path>
   the files every catalog type gets byte for byte, kept once so that a change to them
@@ -37,7 +37,7 @@ def _render(instance_type: str) -> dict[str, bytes]:
     })
     nf = render_userdata(cfg, CATALOG[instance_type], FSX, URI)
     out = {"user-data.gz": nf.user_data,
-           "s3-payload.sha256": ((nf.s3_payload[0] if nf.s3_payload else "none") + "\n").encode()}
+           "s3-payload.sha256": (nf.s3_payload[0] + "\n").encode()}
     out.update({f"files{path}": content for path, content in nf.files.items()})
     return out
 

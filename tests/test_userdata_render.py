@@ -24,7 +24,7 @@ import yaml
 
 from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
 from model.config import parse_config
-from userdata import render
+from userdata import layout, render
 from userdata.render import FsxEndpoint, render_userdata
 
 FSX = FsxEndpoint(dns_name="fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com", mount_name="abcdefgh")
@@ -42,10 +42,9 @@ def config(nodes: int = 2, instance_type: str = "p5.48xlarge", **extra):
 
 
 @lru_cache(maxsize=None)
-def rendered(instance_type: str = "p5.48xlarge", nodes: int = 2, uri: str | None = URI,
-             budget: int = render.INLINE_BUDGET):
+def rendered(instance_type: str = "p5.48xlarge", nodes: int = 2, uri: str = URI):
     """One render per distinct input (rendering is pure, so tests can share it)."""
-    return render_userdata(config(nodes, instance_type), CATALOG[instance_type], FSX, uri, inline_budget=budget)
+    return render_userdata(config(nodes, instance_type), CATALOG[instance_type], FSX, uri)
 
 
 def parts(user_data: bytes) -> dict[str, bytes]:
@@ -70,7 +69,7 @@ def test_size_and_node_count_independence(instance_type):
     spec = CATALOG[instance_type]
     small = rendered(instance_type, 2)
     large = render_userdata(config(1024, instance_type), spec, FSX, URI)
-    assert len(small.user_data) <= render.INLINE_BUDGET < render.EC2_USER_DATA_LIMIT
+    assert len(small.user_data) <= render.EC2_USER_DATA_LIMIT
     assert small.user_data == large.user_data  # bytes do not depend on the node count
     assert small.s3_payload == large.s3_payload and small.files == large.files
     again = render_userdata(config(2, instance_type), spec, FSX, URI)
@@ -89,22 +88,29 @@ def test_shape_fixed_boundary_two_parts():
     p = parts(ud)
     assert list(p) == ["text/cloud-config", "text/x-shellscript"]
     assert p["text/cloud-config"].startswith(b"#cloud-config\n")
-    assert p["text/x-shellscript"].decode().splitlines()[-1] == f"exec {render.ENTRY_POINT}"
+    assert p["text/x-shellscript"].decode().splitlines()[-1] == f"exec {layout.ENTRY_POINT}"
 
 
-# --- inline rendering (large budget): write_files carry exactly NodeFiles.files -------
+# --- every node file: the two inline ones in write_files, the rest in the payload ------
 
-def test_inline_write_files_match_files_and_modes():
-    nf = rendered(uri=None, budget=1 << 20)
-    assert nf.s3_payload is None
-    shipped = write_files(nf.user_data)
-    assert set(shipped) == set(nf.files)
-    for path, (content, mode, owner) in shipped.items():
-        assert content == nf.files[path], path
-        assert owner == "root:root"
-        assert mode == ("0755" if path.startswith(("/opt/gpu-cluster/bin/", "/opt/gpu-cluster/steps/"))
-                        or content.startswith(b"#!") else "0644"), path
-    steps = sorted(p.rsplit("/", 1)[1] for p in nf.files if p.startswith("/opt/gpu-cluster/steps/"))
+def _payload_members(tar: bytes) -> dict[str, tuple[bytes, int]]:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        return {"/" + m.name: (t.extractfile(m).read(), m.mode) for m in t.getmembers()}
+
+
+def test_node_files_arrive_with_their_modes():
+    nf = rendered()
+    inline = write_files(nf.user_data)
+    payload = _payload_members(nf.s3_payload[1])
+    assert set(inline) == set(render.INLINE_FILES) == {layout.CLUSTER_ENV, layout.FETCH}
+    assert set(inline) | set(payload) == set(nf.files) and not set(inline) & set(payload)
+    for path, content in nf.files.items():
+        executable = path.startswith((f"{layout.BIN}/", f"{layout.STEPS}/")) or content.startswith(b"#!")
+        if path in inline:
+            assert inline[path] == (content, "0755" if executable else "0644", "root:root"), path
+        else:
+            assert payload[path] == (content, 0o755 if executable else 0o644), path
+    steps = sorted(p.rsplit("/", 1)[1] for p in nf.files if p.startswith(f"{layout.STEPS}/"))
     assert steps == ["10-identity.sh", "20-packages.sh", "30-fsx.sh", "40-munge.sh", "50-slurm.sh",
                      "60-enroot.sh", "70-pyxis.sh", "80-limits.sh", "85-services.sh", "90-jobs.sh",
                      "95-handoff.sh"]
@@ -116,35 +122,27 @@ def test_inline_write_files_match_files_and_modes():
         assert needed in nf.files
 
 
-# --- S3 overflow -------------------------------------------------------------------------
+# --- the S3 payload ------------------------------------------------------------------------
 
-def test_overflow_puts_bulk_in_checked_payload():
+def test_payload_is_checked_and_content_addressed():
     nf = rendered()
-    assert nf.s3_payload is not None
     sha, tar = nf.s3_payload
     assert hashlib.sha256(tar).hexdigest() == sha
     inline = write_files(nf.user_data)
-    assert set(inline) == {render.CLUSTER_ENV, render.FETCH}
+    assert set(inline) == {layout.CLUSTER_ENV, layout.FETCH}
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         members = {m.name: m for m in t.getmembers()}
         assert all(m.mtime == 0 and m.uid == 0 and m.isfile() for m in members.values())
         unpacked = {"/" + n: t.extractfile(m).read() for n, m in members.items()}
     assert unpacked == {p: c for p, c in nf.files.items() if p not in inline}
     script = parts(nf.user_data)["text/x-shellscript"].decode()
-    assert f"{render.FETCH} s3://demo-bucket/gpu-cluster/demo/payload-{sha}.tar.gz {sha} /" in script
-
-
-def test_overflow_without_uri_fails_loudly_at_boot():
-    nf = rendered(uri=None)
-    assert nf.s3_payload is not None
-    script = parts(nf.user_data)["text/x-shellscript"].decode()
-    assert "rendered without payload_uri" in script and "exit 1" in script
+    assert f"{layout.FETCH} s3://demo-bucket/gpu-cluster/demo/payload-{sha}.tar.gz {sha} /" in script
 
 
 @pytest.fixture
 def fetch_env(tmp_path):
     """gpu-cluster-fetch with a fake `aws` on PATH serving s3://bucket/key from tmp."""
-    nf = rendered(uri="s3://bucket/key", budget=64)
+    nf = rendered(uri="s3://bucket/key")
     sha, tar = nf.s3_payload
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "key").write_bytes(tar)
@@ -156,7 +154,7 @@ def fetch_env(tmp_path):
                    f'echo "$@" >>"{tmp_path}/aws.calls"\ncp "{tmp_path}/store/${{src#s3://bucket/}}" "$dst"\n')
     aws.chmod(0o755)
     fetch = tmp_path / "gpu-cluster-fetch"
-    fetch.write_bytes(nf.files[render.FETCH])
+    fetch.write_bytes(nf.files[layout.FETCH])
     fetch.chmod(0o755)
     dest = tmp_path / "root"
     dest.mkdir()
@@ -196,9 +194,8 @@ def test_fetch_file_uri_for_local_cluster(fetch_env):
 # --- cloud-init schema (oracle) ------------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("cloud-init") is None, reason="cloud-init not installed (apt-get install cloud-init)")
-@pytest.mark.parametrize("budget", [render.INLINE_BUDGET, 1 << 20], ids=["s3-bootstrap", "all-inline"])
-def test_cloud_config_schema(tmp_path, budget):
-    nf = rendered(budget=budget)
+def test_cloud_config_schema(tmp_path):
+    nf = rendered()
     cc = tmp_path / "cloud-config.yaml"
     cc.write_bytes(parts(nf.user_data)["text/cloud-config"])
     r = subprocess.run(["cloud-init", "schema", "--config-file", str(cc)], capture_output=True, text=True)
@@ -214,7 +211,7 @@ def _env_of(text: bytes) -> dict[str, str]:
 
 def test_cluster_env_values():
     nf = rendered()
-    env = _env_of(nf.files[render.CLUSTER_ENV])
+    env = _env_of(nf.files[layout.CLUSTER_ENV])
     assert env["CLUSTER_NAME"] == "demo" and env["SLURM_PARTITION"] == "train"
     assert env["FSX_DNS_NAME"] == FSX.dns_name and env["FSX_MOUNT_NAME"] == "abcdefgh"
     assert env["FSX_ROOT"] == "/fsx/.gpu-cluster/demo"
@@ -224,7 +221,7 @@ def test_cluster_env_values():
     assert (env["SLURM_MAX_NODES_FACTOR"], env["SLURM_MAX_NODES_SPARE"]) == ("2", "4")
     assert not any("NODES" == k or k.endswith("_NODES") for k in env if k.startswith("GPU_CLUSTER"))
     off = render_userdata(config(validation={"enabled": False}), CATALOG["p5.48xlarge"], FSX, URI)
-    assert _env_of(off.files[render.CLUSTER_ENV])["VALIDATION_ENABLED"] == "0"
+    assert _env_of(off.files[layout.CLUSTER_ENV])["VALIDATION_ENABLED"] == "0"
 
 
 @pytest.mark.parametrize("instance_type,cpus", [("p4d.24xlarge", 12), ("p5.48xlarge", 24), ("p6-b200.48xlarge", 24)])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from userdata import verdict
+from nodeside import verdict
 
 DATA = Path(__file__).parent / "data" / "verdict"
 P5 = verdict.thresholds(3200, 8, 32)
@@ -238,7 +238,7 @@ def test_pingpong_without_results_nogo():
 # --- command line --------------------------------------------------------------------
 
 def test_cli_json_lines_and_exit_status():
-    cmd = [sys.executable, "-m", "userdata.verdict", "--expect-transport", "efa", "--json"]
+    cmd = [sys.executable, "-m", "nodeside.verdict", "--expect-transport", "efa", "--json"]
     good = subprocess.run(cmd + [str(DATA / "efa_p5_allreduce_16g.log")], capture_output=True, text=True)
     assert good.returncode == 0
     obj = json.loads(good.stdout)
@@ -252,7 +252,7 @@ def test_cli_json_lines_and_exit_status():
 
 
 def test_cli_unreadable_log_is_nogo(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "userdata.verdict", "--json", str(tmp_path / "nope")],
+    out = subprocess.run([sys.executable, "-m", "nodeside.verdict", "--json", str(tmp_path / "nope")],
                          capture_output=True, text=True)
     assert out.returncode == 1
     assert json.loads(out.stdout)["reasons"][0].startswith("cannot read log:")

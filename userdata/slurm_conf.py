@@ -45,13 +45,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 
 from model.catalog import InstanceSpec
-from userdata import templating
+from userdata import layout, templating
 
-TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 # --- placeholders filled at boot ----------------------------------------------------
 
@@ -75,15 +73,10 @@ _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 # (ip-a-b-c-d), i.e. a new dynamic node, while the failed one keeps its slot (DOWN)
 # until `scontrol delete nodename=` removes it. 2N lets every node be replaced once
 # before anyone cleans up; +4 covers small clusters replacing the same node repeatedly.
-# The shell computes the same value: $((2 * N + 4)).
+# The factor and spare reach the nodes through cluster.env; the one formula is the
+# shell helper `max_node_count` in lib/common.sh, which step 50 runs at boot.
 MAX_NODES_FACTOR = 2
 MAX_NODES_SPARE = 4
-MAX_NODES_SHELL = "$((2 * GPU_CLUSTER_NODES + 4))"
-
-# Where `make install` of Pyxis 0.24.0 puts the plugin: prefix /usr/local, libdir
-# $(prefix)/lib, plugin dir $(libdir)/slurm (pyxis Makefile). A packaged Pyxis may
-# live elsewhere: pass pyxis_plugin_path.
-PYXIS_PLUGIN_PATH = "/usr/local/lib/slurm/spank_pyxis.so"
 
 # Job steps need a large locked-memory limit: EFA registers (pins) its buffers and
 # fails with "ibv_reg_mr failed, got error (12)" under a low memlock (seed 002 §17).
@@ -94,15 +87,6 @@ PYXIS_PLUGIN_PATH = "/usr/local/lib/slurm/spank_pyxis.so"
 SLURMD_MEMLOCK = "infinity"
 SLURMD_NOFILE = 131072
 
-# Paths on the node. Templates the bootstrap fills at boot live under
-# /opt/gpu-cluster/templates (docs/node-contract.md); the rest is final.
-SLURM_CONF_TEMPLATE_PATH = "/opt/gpu-cluster/templates/slurm.conf"
-PYXIS_CONF_TEMPLATE_PATH = "/opt/gpu-cluster/templates/pyxis.conf"
-SLURMD_DEFAULT_TEMPLATE_PATH = "/opt/gpu-cluster/templates/slurmd.default"  # -> /etc/default/slurmd
-CHECK_SLURMD_C_PATH = "/opt/gpu-cluster/lib/check-slurmd-c.sh"
-PLUGSTACK_CONF = "/etc/slurm/plugstack.conf"
-PLUGSTACK_DIR = "/etc/slurm/plugstack.conf.d"
-FSX_ROOT_FMT = "/fsx/.gpu-cluster/{cluster}"
 
 _CGROUP_PLUGINS = ("autodetect", "cgroup/v1", "cgroup/v2")
 _FEATURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -110,13 +94,6 @@ _BLOCK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # config block names and `o
 
 
 # --- pure helpers -------------------------------------------------------------------
-
-def max_node_count(expected_nodes: int) -> int:
-    """MaxNodeCount for a cluster of `expected_nodes`: 2 * N + 4 (see MAX_NODES_FACTOR)."""
-    if expected_nodes < 1:
-        raise ValueError(f"expected_nodes must be >= 1, got {expected_nodes}")
-    return MAX_NODES_FACTOR * expected_nodes + MAX_NODES_SPARE
-
 
 def fill_placeholders(text: str, values: Mapping[str, object]) -> str:
     """Replace `@NAME@` with values[NAME], as the boot's sed does.
@@ -179,7 +156,7 @@ def def_cpu_per_gpu(spec: InstanceSpec) -> int | None:
     """DefCpuPerGPU: vCPUs / GPUs, so a GPU job that forgets --cpus-per-task still
     gets the CPUs EFA needs per rank (seed 000: 1 CPU per rank costs 4-10x bandwidth).
     None on a GPU-less profile (the line is then omitted)."""
-    return spec.vcpus // spec.gpus if spec.gpus else None
+    return spec.cpus_per_gpu if spec.gpus else None
 
 
 def gres_conf_lines(spec: InstanceSpec) -> list[str]:
@@ -192,7 +169,7 @@ def gres_conf_lines(spec: InstanceSpec) -> list[str]:
 
 def state_save_location(cluster_name: str) -> str:
     """slurmctld state on /fsx, so a replaced controller resumes the queue."""
-    return FSX_ROOT_FMT.format(cluster=cluster_name) + "/slurmctld"
+    return layout.fsx_root(cluster_name) + "/slurmctld"
 
 
 def job_comp_loc(cluster_name: str) -> str:
@@ -226,7 +203,7 @@ def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str
         # to re-resolve), and newer Slurm reports the option as defunct.
         ("ReturnToService", "2"),
         ("PropagateResourceLimitsExcept", "MEMLOCK"),
-        ("PlugStackConfig", PLUGSTACK_CONF),
+        ("PlugStackConfig", layout.PLUGSTACK_CONF),
         ("StateSaveLocation", state_save_location(cluster_name)),
         ("SlurmdSpoolDir", "/var/spool/slurmd"),
         ("SlurmctldPidFile", "/run/slurmctld.pid"),
@@ -273,7 +250,7 @@ def _render(template: str, **values: object) -> str:
 
 def render_slurm_files(cluster_name: str, partition: str, spec: InstanceSpec,
                        cgroup_plugin: str = "autodetect",
-                       pyxis_plugin_path: str = PYXIS_PLUGIN_PATH) -> dict[str, str]:
+                       pyxis_plugin_path: str = layout.PYXIS_PLUGIN) -> dict[str, str]:
     """Every Slurm-related file a node gets, keyed by absolute node path.
 
     `cgroup_plugin`: `autodetect` on the nodes (Ubuntu 24.04, cgroup v2); the local
@@ -286,20 +263,20 @@ def render_slurm_files(cluster_name: str, partition: str, spec: InstanceSpec,
         raise ValueError(f"pyxis_plugin_path must be absolute, got {pyxis_plugin_path!r}")
     limits = {"memlock": SLURMD_MEMLOCK, "nofile": SLURMD_NOFILE}
     return {
-        SLURM_CONF_TEMPLATE_PATH: _render(
+        layout.SLURM_CONF_TEMPLATE: _render(
             "slurm/slurm.conf.j2",
             settings=slurm_conf_settings(cluster_name, spec),
             partition_line=partition_line(partition),
         ),
-        "/etc/slurm/gres.conf": _render("slurm/gres.conf.j2", lines=gres_conf_lines(spec)),
-        "/etc/slurm/cgroup.conf": _render("slurm/cgroup.conf.j2", cgroup_plugin=cgroup_plugin),
-        PLUGSTACK_CONF: _render("slurm/plugstack.conf.j2", plugstack_dir=PLUGSTACK_DIR),
-        PYXIS_CONF_TEMPLATE_PATH: _render("slurm/pyxis.conf.j2", plugin_path=pyxis_plugin_path),
-        "/etc/systemd/system/slurmd.service.d/gpu-cluster.conf": _render(
+        f"{layout.SLURM_ETC}/gres.conf": _render("slurm/gres.conf.j2", lines=gres_conf_lines(spec)),
+        f"{layout.SLURM_ETC}/cgroup.conf": _render("slurm/cgroup.conf.j2", cgroup_plugin=cgroup_plugin),
+        layout.PLUGSTACK_CONF: _render("slurm/plugstack.conf.j2", plugstack_dir=layout.PLUGSTACK_DIR),
+        layout.PYXIS_CONF_TEMPLATE: _render("slurm/pyxis.conf.j2", plugin_path=pyxis_plugin_path),
+        f"{layout.SYSTEMD_DIR}/slurmd.service.d/gpu-cluster.conf": _render(
             "slurm/slurmd-override.conf.j2", daemon="slurmd", **limits),
-        "/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf": _render(
+        f"{layout.SYSTEMD_DIR}/slurmctld.service.d/gpu-cluster.conf": _render(
             "slurm/slurmd-override.conf.j2", daemon="slurmctld", **limits),
-        SLURMD_DEFAULT_TEMPLATE_PATH: _render("slurm/slurmd-default.j2", conf_line=slurmd_conf_arg(spec)),
-        "/etc/systemd/logind.conf.d/gpu-cluster.conf": _render("slurm/logind-removeipc.conf.j2"),
-        CHECK_SLURMD_C_PATH: _render("slurm/check-slurmd-c.sh.j2", want=check_values(spec)),
+        layout.SLURMD_DEFAULT_TEMPLATE: _render("slurm/slurmd-default.j2", conf_line=slurmd_conf_arg(spec)),
+        layout.LOGIND_DROPIN: _render("slurm/logind-removeipc.conf.j2"),
+        layout.CHECK_SLURMD_C: _render("slurm/check-slurmd-c.sh.j2", want=check_values(spec)),
     }

@@ -7,6 +7,7 @@ ctx keys (plain values, e.g. from the stack config and model/catalog.py):
   instance_type       str   e.g. "p5.48xlarge"
   gpus                int   GPUs per node (0 on the CPU-only local cluster)
   vcpus               int   vCPUs per node
+  cpus_per_gpu        int   --cpus-per-task of a rank (InstanceSpec.cpus_per_gpu)
   efa_count           int   EFA devices per node (NCCL's "found N nics")
   efa_gbps            float physical per-node EFA bandwidth, Gbit/s (3200 p5/p6, 400 p4d)
   partition           str   Slurm partition the job runs in
@@ -27,16 +28,14 @@ import shlex
 from pathlib import Path
 
 
-from userdata import templating
-from userdata.verdict import thresholds
+from nodeside.verdict import thresholds
+from userdata import layout, templating
 
-HERE = Path(__file__).resolve().parent
-TEMPLATE_DIR = HERE / "templates" / "validation"
-BASE = "/opt/gpu-cluster"
-LIB = f"{BASE}/lib"
-JOB_DIR = f"{BASE}/validation"
-REQUIRED = ("cluster_name", "instance_type", "gpus", "vcpus", "efa_count", "efa_gbps", "partition",
+NODESIDE = Path(__file__).resolve().parent.parent / "nodeside"
+# What config.json on the node carries (validation_report.py reads it).
+REPORTED = ("cluster_name", "instance_type", "gpus", "vcpus", "efa_count", "efa_gbps", "partition",
             "fsx_root", "container_image", "time_limit_minutes", "baseline_margin")
+REQUIRED = (*REPORTED, "cpus_per_gpu")
 # seed sweeps: 2 nodes 8 B..16 GiB, factor 2, one GPU per rank, check on, 50 iterations;
 # the single-node NVLink pre-check stops at 1 GiB
 SWEEP = "-b 8 -e 16G -f 2 -g 1 -c 1 -n 50"
@@ -53,19 +52,17 @@ def job_values(ctx: dict) -> dict:
     if missing:
         raise KeyError(f"validation ctx misses: {', '.join(missing)}")
     gpus = int(ctx["gpus"])
-    tasks = gpus or 1
     if ctx["time_limit_minutes"] * 60 <= TIMEOUTS["reserve"]:
         raise ValueError("time_limit_minutes leaves no time for any step")
     results = f"{ctx['fsx_root'].rstrip('/')}/validation"
     return {
         "cluster_name": ctx["cluster_name"], "instance_type": ctx["instance_type"], "gpus": gpus,
-        "tasks_per_node": tasks,
-        # vCPUs / GPUs per rank (seed: 192 / 8 = 24)
-        "cpus_per_task": max(1, int(ctx["vcpus"]) // tasks),
+        "tasks_per_node": gpus or 1,
+        "cpus_per_task": int(ctx["cpus_per_gpu"]),
         "partition": ctx["partition"], "time_limit_minutes": int(ctx["time_limit_minutes"]),
-        "results_dir": results, "lib_dir": LIB, "config_path": f"{JOB_DIR}/config.json",
-        "job_path": f"{JOB_DIR}/first-boot.sbatch", "gate_path": f"{JOB_DIR}/gate.sh",
-        "bench_path": f"{JOB_DIR}/torch_comm_bench.py",
+        "results_dir": results, "lib_dir": layout.LIB, "config_path": f"{layout.VALIDATION}/config.json",
+        "job_path": layout.VALIDATION_JOB, "gate_path": f"{layout.VALIDATION}/gate.sh",
+        "bench_path": f"{layout.VALIDATION}/torch_comm_bench.py",
         "container_image_q": shlex.quote(ctx["container_image"]),
         "sweep": SWEEP, "single_sweep": SINGLE_SWEEP, "torch_max_bytes": TORCH_MAX_BYTES,
         "timeouts": TIMEOUTS,
@@ -74,7 +71,7 @@ def job_values(ctx: dict) -> dict:
 
 def config_json(ctx: dict) -> str:
     """What validation_report.py reads on the node: identity, thresholds, margin."""
-    cfg = {k: ctx[k] for k in REQUIRED}
+    cfg = {k: ctx[k] for k in REPORTED}
     cfg["thresholds"] = thresholds(float(ctx["efa_gbps"]), max(int(ctx["gpus"]), 1), int(ctx["efa_count"]))
     return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
 
@@ -101,14 +98,12 @@ def _render(name: str, values: dict) -> str:
 def validation_files(ctx: dict) -> dict[str, str]:
     v = job_values(ctx)
     return {
-        f"{JOB_DIR}/first-boot.sbatch": _render("first-boot.sbatch.j2", v),
-        f"{JOB_DIR}/gate.sh": _render("gate.sh.j2", v),
-        f"{JOB_DIR}/torch_comm_bench.py": compact_python(
+        layout.VALIDATION_JOB: _render("first-boot.sbatch.j2", v),
+        f"{layout.VALIDATION}/gate.sh": _render("gate.sh.j2", v),
+        f"{layout.VALIDATION}/torch_comm_bench.py": compact_python(
             _render("torch_comm_bench.py.j2", v), "userdata/templates/validation/torch_comm_bench.py.j2"),
-        f"{JOB_DIR}/config.json": config_json(ctx),
-        f"{BASE}/bin/gpu-cluster-validation": _render("gpu-cluster-validation.j2", v),
-        f"{LIB}/verdict.py": compact_python((HERE / "verdict.py").read_text(encoding="utf-8"),
-                                            "userdata/verdict.py"),
-        f"{LIB}/validation_report.py": compact_python(
-            (HERE / "validation_report.py").read_text(encoding="utf-8"), "userdata/validation_report.py"),
+        f"{layout.VALIDATION}/config.json": config_json(ctx),
+        layout.VALIDATION_CLI: _render("gpu-cluster-validation.j2", v),
+        **{f"{layout.LIB}/{name}": compact_python((NODESIDE / name).read_text(encoding="utf-8"), f"nodeside/{name}")
+           for name in ("verdict.py", "validation_report.py")},
     }

@@ -20,7 +20,7 @@ import sys
 import time
 
 try:
-    from userdata import verdict
+    from nodeside import verdict
 except ImportError:  # on a node: verdict.py sits next to this file
     import verdict
 

@@ -4,7 +4,7 @@ Reads the logs of nccl-tests (every output generation seen in the field), of
 fi_pingpong and of our MPI-free PyTorch measurement (torch_comm_bench.py) and
 prints one JSON object per log.  Exit status 0 only if every log is GO.
 
-    python3 -m userdata.verdict [--expect-transport efa|ib|any] [--expect-nics N]
+    python3 -m nodeside.verdict [--expect-transport efa|ib|any] [--expect-nics N]
         [--min-busbw GBPS] [--min-algbw GBPS] [--max-latency-us US] [--json] LOG...
 
 Ships to the nodes as /opt/gpu-cluster/lib/verdict.py: one file, no project

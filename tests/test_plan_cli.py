@@ -1,4 +1,4 @@
-"""`python -m infra.render`: plan, user data files, byte stability, bad config."""
+"""`python -m infra.plan`: plan, user data files, byte stability, bad config."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.render import apply_override, main
+from infra.plan import apply_override, main
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _render(out: Path, *args: str) -> subprocess.CompletedProcess:
     """The CLI as users run it, in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "infra.render", "--stack", "dev", "--out", str(out), *args],
+    return subprocess.run([sys.executable, "-m", "infra.plan", "--stack", "dev", "--out", str(out), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -1,6 +1,6 @@
-"""Offline render: run the real program under Pulumi's mocks, write what it would do.
+"""Offline plan: run the real program under Pulumi's mocks, write what it would do.
 
-    python -m infra.render --stack dev --out DIR [--set dotted.path=value ...]
+    python -m infra.plan --stack dev --out DIR [--set dotted.path=value ...]
 
 Reads `Pulumi.<stack>.yaml`, applies `--set` overrides (paths relative to the
 `gpu-cluster:cluster` object, e.g. `capacity.nodes=4`, `capacity.capacity_blocks.0.instance_count=4`,
@@ -9,10 +9,10 @@ deterministic mocks and writes:
   DIR/plan.json                       every resource (type, name, urn, inputs as the engine
                                       sees them: camelCase) and the resolved stack outputs
   DIR/userdata/<name>/user-data       exact bytes handed to EC2 before base64
-  DIR/userdata/<name>/files/<path>    every file that user data writes on the node (inline
-                                      or through the S3 payload)
-  DIR/userdata/<name>/payload.tar.gz  the S3 payload, when the files outgrew inline user data
-                                      (plan.json shows the object's contentBase64 as a summary)
+  DIR/userdata/<name>/files/<path>    every file the node gets (from the user data itself
+                                      or from the S3 payload)
+  DIR/userdata/<name>/payload.tar.gz  the S3 payload (plan.json shows the object's
+                                      contentBase64 as a summary)
   DIR/userdata/index.json             launch template -> user-data directory
 All templates share one user data today, so <name> is `node`; if templates ever
 diverge, each distinct user data gets the launch template's name.
@@ -118,7 +118,7 @@ class PlanMocks(pulumi.runtime.Mocks):
             sid = args.args.get("id")
             return {"id": sid, "availabilityZone": self.subnet_az, "vpcId": self.subnet_vpc,
                     "cidrBlock": "10.0.0.0/18", "arn": f"arn:aws:ec2:{self.region}:123456789012:subnet/{sid}"}
-        raise NotImplementedError(f"no mock for invoke {args.token}; add one to infra/render.py PlanMocks")
+        raise NotImplementedError(f"no mock for invoke {args.token}; add one to infra/plan.py PlanMocks")
 
 
 def run_with_mocks(program, mocks: "PlanMocks", stack: str = "dev", config: dict[str, str] | None = None):
@@ -209,7 +209,7 @@ def apply_override(raw: Any, assignment: str) -> Any:
     return raw
 
 
-def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) -> dict[str, Any]:
+def write_plan(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) -> dict[str, Any]:
     raw, region = load_stack_config(stack, root)
     for assignment in overrides:
         if assignment.startswith("aws:region="):
@@ -227,7 +227,7 @@ def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) 
             r["inputs"] = {**r["inputs"], "contentBase64": summary}
         resources.append(r)
     resources.sort(key=lambda r: (r["urn"] or "", r["type"], r["name"]))
-    plan = {"generated_by": f"python -m infra.render --stack {stack} (infra/render.py, Pulumi mocks); do not edit",
+    plan = {"generated_by": f"python -m infra.plan --stack {stack} (infra/plan.py, Pulumi mocks); do not edit",
             "stack": stack, "region": region, "overrides": list(overrides), "resources": resources,
             "outputs": outputs}
 
@@ -247,8 +247,7 @@ def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) 
         target.mkdir(parents=True, exist_ok=True)
         (target / "user-data").write_bytes(data)
         if data == node_files.user_data:
-            if node_files.s3_payload is not None:
-                (target / "payload.tar.gz").write_bytes(node_files.s3_payload[1])
+            (target / "payload.tar.gz").write_bytes(node_files.s3_payload[1])
             for path, content in sorted(node_files.files.items()):
                 dest = target / "files" / path.lstrip("/")
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -261,14 +260,14 @@ def render(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a config value (path relative to gpu-cluster:cluster); repeatable")
     args = parser.parse_args(argv)
     try:
-        render(args.stack, args.out, args.overrides)
+        write_plan(args.stack, args.out, args.overrides)
     except pulumi.RunError as err:
         print(str(err), file=sys.stderr)
         return 2

@@ -1,0 +1,69 @@
+"""Where things live on a node: the one home of every path the node files use.
+
+The renderers, the program's outputs, the local cluster and the tests take their paths
+from here; the shell steps get the ones they need through cluster.env (rendered from
+these constants), so a path is changed in one place. docs/node-contract.md describes
+the same layout for people.
+"""
+
+from __future__ import annotations
+
+# --- what the user data installs ------------------------------------------------------
+HOME = "/opt/gpu-cluster"  # install prefix: bin/, steps/, lib/, templates/, validation/
+ETC = "/etc/gpu-cluster"
+BIN = f"{HOME}/bin"
+STEPS = f"{HOME}/steps"
+LIB = f"{HOME}/lib"
+TEMPLATES = f"{HOME}/templates"  # config templates filled in at boot
+VALIDATION = f"{HOME}/validation"
+
+ENTRY_POINT = f"{BIN}/gpu-cluster-boot"
+FETCH = f"{BIN}/gpu-cluster-fetch"
+VALIDATION_CLI = f"{BIN}/gpu-cluster-validation"
+VALIDATION_JOB = f"{VALIDATION}/first-boot.sbatch"
+CLUSTER_ENV = f"{ETC}/cluster.env"
+# The one file a local node may have that an EC2 node never has (the documented swaps).
+OVERRIDES_ENV = f"{ETC}/overrides.env"
+
+# Programs and steps are executable; everything else is 0644.
+EXECUTABLE_DIRS = (f"{BIN}/", f"{STEPS}/")
+
+# --- config templates and system files ---------------------------------------------------
+SLURM_CONF_TEMPLATE = f"{TEMPLATES}/slurm.conf"
+PYXIS_CONF_TEMPLATE = f"{TEMPLATES}/pyxis.conf"
+SLURMD_DEFAULT_TEMPLATE = f"{TEMPLATES}/slurmd.default"  # -> /etc/default/slurmd
+JOB_TEMPLATES = f"{TEMPLATES}/jobs"
+CHECK_SLURMD_C = f"{LIB}/check-slurmd-c.sh"
+SLURM_ETC = "/etc/slurm"
+PLUGSTACK_CONF = f"{SLURM_ETC}/plugstack.conf"
+PLUGSTACK_DIR = f"{SLURM_ETC}/plugstack.conf.d"
+# Where `make install` of Pyxis puts the plugin: prefix /usr/local, libdir
+# $(prefix)/lib, plugin dir $(libdir)/slurm (Pyxis Makefile).
+PYXIS_PLUGIN = "/usr/local/lib/slurm/spank_pyxis.so"
+LIMITS_FILE = "/etc/security/limits.d/90-gpu-cluster-memlock.conf"
+LOGIND_DROPIN = "/etc/systemd/logind.conf.d/gpu-cluster.conf"
+SYSTEMD_DIR = "/etc/systemd/system"
+# cloud-init runs every executable here at each boot: what brings a rebooted node back.
+PER_BOOT_SCRIPT = "/var/lib/cloud/scripts/per-boot/gpu-cluster-boot.sh"
+MUNGE_KEY = "/etc/munge/munge.key"
+
+# --- state and logs ------------------------------------------------------------------
+BOOT_LOG = "/var/log/gpu-cluster/boot.log"
+LOCAL_STATUS = "/var/lib/gpu-cluster/status"
+
+# --- storage ---------------------------------------------------------------------------
+FSX_MOUNTPOINT = "/fsx"
+FSX_ROOT_FMT = f"{FSX_MOUNTPOINT}/.gpu-cluster/{{cluster}}"  # root-only (0700) cluster state
+FSX_JOBS = f"{FSX_MOUNTPOINT}/jobs"  # users' job templates
+# Node-local NVMe on the DLAMI; the fallback is on the root volume (step 60 says so).
+NVME_MOUNT = "/opt/dlami/nvme"
+ENROOT_FALLBACK_BASE = "/var/lib/gpu-cluster-enroot"
+
+
+def fsx_root(cluster: str) -> str:
+    """The cluster's directory on /fsx: Slurm state, munge exchange, status, validation."""
+    return FSX_ROOT_FMT.format(cluster=cluster)
+
+
+def validation_results(cluster: str) -> str:
+    return f"{fsx_root(cluster)}/validation/"
