@@ -1,0 +1,84 @@
+"""boto3 clients from one replaceable factory, and AWS errors as plain messages.
+
+Tests replace `Session.factory` with one that hands out Stubber-wrapped clients, so
+every command runs its real code path against answers checked by botocore's service
+models. Throttling is retried by botocore itself (standard retry mode: exponential
+backoff with jitter on Throttling/RequestLimitExceeded and 5xx), not by our code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+# Standard mode retries throttling errors with backoff; 8 attempts in all (the first
+# included; `max_attempts` would count retries only) ride out a burst
+# of DescribeInstances calls from several operators.
+RETRY_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 8})
+
+ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedAccess"}
+THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"}
+
+ClientFactory = Callable[[str, str], Any]
+
+
+def boto3_client(service: str, region: str) -> Any:
+    return boto3.session.Session().client(service, region_name=region, config=RETRY_CONFIG)
+
+
+class Session:
+    """Clients for one region, created once each."""
+
+    factory: ClientFactory = staticmethod(boto3_client)
+
+    def __init__(self, region: str, factory: ClientFactory | None = None):
+        self.region = region
+        self._factory = factory or Session.factory
+        self._clients: dict[str, Any] = {}
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self._factory(service, self.region)
+        return self._clients[service]
+
+
+class OpsError(Exception):
+    """A failure to report as one clear line (exit status 1)."""
+
+
+def error_code(err: ClientError) -> str:
+    return err.response.get("Error", {}).get("Code", "")
+
+
+def describe_error(err: Exception, action: str) -> str:
+    """`action` failed: why, and what to do, in one line."""
+    if isinstance(err, ClientError):
+        code = error_code(err)
+        msg = err.response.get("Error", {}).get("Message", "")
+        op = err.operation_name
+        if code in ACCESS_DENIED:
+            why = f" ({msg})" if msg else ""
+            return f"{action}: access denied to {op}; grant it to your AWS identity{why}"
+        if code in THROTTLED:
+            return f"{action}: {op} still throttled after retries; wait a minute and run again"
+        if code.endswith(".NotFound") or code.endswith("NotFound") or code == "ValidationError":
+            return f"{action}: {code}: {msg}"
+        return f"{action}: {op} failed: {code}: {msg}"
+    if isinstance(err, NoCredentialsError):
+        return f"{action}: no AWS credentials; configure a profile or environment credentials"
+    if isinstance(err, NoRegionError):
+        return f"{action}: no region; set aws:region in the stack file or pass --region"
+    if isinstance(err, BotoCoreError):
+        return f"{action}: {err}"
+    return f"{action}: {err}"
+
+
+def call(client: Any, operation: str, action: str, **params: Any) -> dict[str, Any]:
+    """client.<operation>(**params), raising OpsError with a clear line on failure."""
+    try:
+        return getattr(client, operation)(**params)
+    except (ClientError, BotoCoreError) as err:
+        raise OpsError(describe_error(err, action)) from err

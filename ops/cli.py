@@ -1,0 +1,96 @@
+"""`python3 -m ops <command>`: argument parsing and dispatch.
+
+Exit status: 0 ok, 1 an AWS call or wait failed (one clear line on stderr),
+2 bad config or preflight problems, 3 no Capacity Block offering found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from botocore.exceptions import BotoCoreError
+
+from model.catalog import SUPPORTED_INSTANCE_TYPES
+from model.config import ConfigError
+from ops import blocks, preflight, replace, status
+from ops.aws import OpsError, Session, describe_error
+from ops.context import Context
+from ops.stack import REPO, load_stack
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpu-cluster-ops", description="Operate gpu-cluster clusters (boto3).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def stack_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+        sp.add_argument("--region", help="override aws:region of the stack file")
+        sp.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+        sp.add_argument("--stack-dir", type=Path, default=REPO, help="directory holding the stack files")
+
+    sp = sub.add_parser("preflight", help="check the stack file against the AWS account")
+    stack_args(sp)
+
+    sp = sub.add_parser("find-blocks", help="Capacity Block offerings and the stack-file snippet")
+    sp.add_argument("--instance-type", required=True, choices=SUPPORTED_INSTANCE_TYPES)
+    sp.add_argument("--count", type=int, required=True, help="instances in the block (1-64)")
+    sp.add_argument("--days", type=int, required=True, help="duration: 1-14, or a multiple of 7 up to 182")
+    sp.add_argument("--earliest", help="earliest start (2026-12-08 or ISO-8601, UTC)")
+    sp.add_argument("--latest", help="latest end (2026-12-20 or ISO-8601, UTC)")
+    sp.add_argument("--region", required=False, help="AWS region (default: your AWS configuration)")
+    sp.add_argument("--name", default="a", help="block name in the snippet (default: a)")
+    sp.add_argument("--show", metavar="ID", help="offering to print the snippet for (default: the first)")
+    sp.add_argument("--purchase", metavar="ID", help="buy this offering (asks for confirmation; no refund)")
+    sp.add_argument("--yes-i-understand-no-refund", action="store_true",
+                    help="buy without the interactive confirmation (scripts)")
+    sp.add_argument("--json", action="store_true")
+
+    sp = sub.add_parser("status", help="groups, blocks, instances and the first-boot gate")
+    stack_args(sp)
+    sp.add_argument("--no-ssm", action="store_true", help="skip reading node status on the controller")
+
+    sp = sub.add_parser("replace", help="drain a node, terminate it through its group, wait for the new one")
+    sp.add_argument("node", help="Slurm node name (ip-10-0-1-5) or instance id (i-...)")
+    stack_args(sp)
+    sp.add_argument("--no-drain", action="store_true", help="do not drain in Slurm first (controller unreachable)")
+    sp.add_argument("--instance-timeout", type=float, default=30, help="minutes to wait for the new instance")
+    sp.add_argument("--idle-timeout", type=float, default=45, help="minutes to wait for the new node to be idle")
+    sp.add_argument("--poll", type=float, default=30, help="seconds between checks")
+    return p
+
+
+def main(argv: list[str] | None = None, ctx: Context | None = None,
+         session_for: Callable[[str | None], Session] | None = None) -> int:
+    args = parser().parse_args(argv)
+    session_for = session_for or (lambda region: Session(region))
+    ctx = ctx or Context(session=None)  # type: ignore[arg-type]
+    try:
+        if args.command == "preflight":
+            return preflight.run(ctx, args, session_for)
+        if args.command == "find-blocks":
+            ctx.session = session_for(args.region)
+            return blocks.run(ctx, args)
+        stack = load_stack(args.stack, args.region, args.stack_dir)
+        ctx.session = session_for(stack.region)
+        if args.command == "status":
+            return status.run(ctx, args, stack.config.name, stack.region)
+        return replace.run(ctx, args, stack.config.name)
+    except ConfigError as err:
+        print(str(err), file=ctx.err)
+        return 2
+    except OpsError as err:
+        print(f"gpu-cluster-ops {args.command}: {err}", file=ctx.err)
+        return 1
+    except BotoCoreError as err:  # raised outside `call`: client creation (no region), credentials
+        print(f"gpu-cluster-ops {args.command}: {describe_error(err, 'AWS')}", file=ctx.err)
+        return 1
+    except KeyboardInterrupt:
+        print(f"gpu-cluster-ops {args.command}: interrupted", file=ctx.err)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

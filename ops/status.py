@@ -1,0 +1,117 @@
+"""status: per Auto Scaling group its block and instances, and the first-boot gate."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from model.preflight import iso
+from ops.aws import OpsError, describe_error
+from ops.cluster import (cluster_groups, controller_instance, describe_instances, group_block_id,
+                         group_short_name, node_name)
+from ops.context import Context
+from ops.facts import describe_blocks
+from ops.remote import STATUS_BEGIN, status_script
+from ops.ssm import run_shell
+
+
+def _blocks(ctx: Context, ids: list[str]) -> dict[str, dict[str, Any]]:
+    try:
+        found = describe_blocks(ctx.session.client("ec2"), ids)
+    except (ClientError, BotoCoreError) as err:
+        raise OpsError(describe_error(err, "reading the cluster's Capacity Blocks")) from err
+    return {rid: {"id": rid, "state": f.state if f.found else "not found", "start": iso(f.start), "end": iso(f.end)}
+            for rid, f in found.items()}
+
+
+def _remote(ctx: Context, cluster: str) -> dict[str, Any]:
+    """Boot markers, gate report and Slurm states, read on the controller through SSM."""
+    try:
+        controller = controller_instance(ctx, cluster)
+        ctx.progress(f"reading node status and the validation gate on {controller} through SSM ...")
+        res = run_shell(ctx, controller, status_script(cluster), "gpu-cluster status", timeout=120)
+    except OpsError as err:
+        return {"error": str(err)}
+    if res.status != "Success" or STATUS_BEGIN not in res.stdout:
+        return {"error": f"status script on the controller: {res.status} (exit {res.exit_code}): "
+                         f"{(res.stderr or res.stdout).strip()[-300:]}"}
+    try:
+        return json.loads(res.stdout.split(STATUS_BEGIN, 1)[1])
+    except ValueError as err:
+        return {"error": f"status script output is not JSON ({err}); it may have been truncated"}
+
+
+def collect(ctx: Context, cluster: str, region: str, ssm: bool = True) -> dict[str, Any]:
+    groups = cluster_groups(ctx, cluster)
+    if not groups:
+        raise OpsError(f"no Auto Scaling group tagged GpuClusterName={cluster} in {region}; "
+                       "is the stack deployed (pulumi up) in this region?")
+    blocks = _blocks(ctx, sorted({b for g in groups if (b := group_block_id(g))}))
+    ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
+    instances = describe_instances(ctx, ids)
+    remote = _remote(ctx, cluster) if ssm and ids else {}
+    markers, slurm = remote.get("markers", {}), remote.get("slurm", {})
+    out_groups = []
+    for g in groups:
+        rows = []
+        for i in sorted(g.get("Instances", []), key=lambda i: i["InstanceId"]):
+            ec2 = instances.get(i["InstanceId"], {})
+            ip = ec2.get("PrivateIpAddress")
+            node = node_name(ip) if ip else None
+            marker = markers.get(node, {}) if node else {}
+            rows.append({"instance_id": i["InstanceId"], "private_ip": ip, "node": node,
+                         "lifecycle": i.get("LifecycleState"), "health": i.get("HealthStatus"),
+                         "ec2_state": ec2.get("State", {}).get("Name"),
+                         "launch_template_version": i.get("LaunchTemplate", {}).get("Version"),
+                         "boot": marker.get("state"), "boot_step": marker.get("step"),
+                         "slurm": slurm.get(node) if node else None})
+        bid = group_block_id(g)
+        out_groups.append({"group": group_short_name(cluster, g["AutoScalingGroupName"]),
+                           "asg": g["AutoScalingGroupName"], "desired": g.get("DesiredCapacity"),
+                           "launch_template_version": g.get("LaunchTemplate", {}).get("Version"),
+                           "block": blocks.get(bid, {"id": bid, "state": "unknown"}) if bid else None,
+                           "instances": rows})
+    v = remote.get("validation")
+    gate = None
+    if v is not None:
+        gate = {"verdict": v.get("verdict"), "run_id": v.get("run_id"), "blamed_nodes": v.get("blamed_nodes", []),
+                "reasons": v.get("reasons", [])}
+    return {"cluster": cluster, "region": region, "groups": out_groups, "validation": gate,
+            **({"ssm_error": remote["error"]} if "error" in remote else {})}
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"cluster {report['cluster']} ({report['region']})"]
+    for g in report["groups"]:
+        b = g["block"]
+        where = (f"block {b['id']} {b['state']} {b.get('start', '?')} .. {b.get('end', '?')}" if b else "on-demand")
+        lines.append(f"group {g['group']} ({g['asg']}): desired {g['desired']}, template v{g['launch_template_version']}, {where}")
+        if not g["instances"]:
+            lines.append("  (no instances)")
+        for i in g["instances"]:
+            boot = i["boot"] or "?"
+            if i["boot_step"] and boot != "ok":
+                boot += f" at {i['boot_step']}"
+            lines.append(f"  {i['instance_id']}  {i['private_ip'] or '-'}  {i['node'] or '-'}  "
+                         f"{i['lifecycle']}/{i['health']}  v{i['launch_template_version']}  "
+                         f"boot {boot}  slurm {i['slurm'] or '?'}")
+    gate = report["validation"]
+    if gate:
+        line = f"validation gate: {gate['verdict']}"
+        if gate["run_id"]:
+            line += f" (run {gate['run_id']})"
+        if gate["blamed_nodes"]:
+            line += f"; blamed: {', '.join(gate['blamed_nodes'])}"
+        lines.append(line)
+        lines += [f"  - {r}" for r in gate["reasons"] if r]
+    if "ssm_error" in report:
+        lines.append(f"validation gate: unknown ({report['ssm_error']})")
+    return "\n".join(lines)
+
+
+def run(ctx: Context, args: Any, cluster: str, region: str) -> int:
+    report = collect(ctx, cluster, region, ssm=not args.no_ssm)
+    ctx.print(json.dumps(report, indent=2, sort_keys=True) if args.json else render(report))
+    return 0
