@@ -9,6 +9,9 @@ VENV ?= venv
 FAST ?= not slurm and not localcluster and not faithful
 # pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process).
 JOBS ?= auto
+# Enroot/Pyxis release tarballs for the faithful lane's local mirror (scripts/vendor-dir.sh).
+GPU_CLUSTER_VENDOR_DIR ?= $(shell scripts/vendor-dir.sh)
+export GPU_CLUSTER_VENDOR_DIR
 
 .PHONY: deps test render bench check check-deps lint typecheck golden lock
 deps:
