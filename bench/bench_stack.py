@@ -43,7 +43,8 @@ def sized(raw: dict, nodes: int, blocks: int) -> dict:
     az = raw["network"]["availability_zone"]
     per = -(-nodes // blocks)
     raw["capacity"] = {"nodes": nodes, "capacity_blocks": [
-        {"name": f"b{i:02d}", "reservation_id": f"cr-{i:017x}", "instance_count": per, "availability_zone": az}
+        {"name": f"b{i:02d}", "reservation_id": f"cr-{i:017x}", "instance_count": per, "availability_zone": az,
+         "start": "2026-12-01T11:30:00Z", "end": "2026-12-08T11:30:00Z"}
         for i in range(blocks)]}
     return raw
 

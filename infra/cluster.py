@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from datetime import datetime
 
 import pulumi
 
 from infra.iam import NodeIdentity, NodeIdentityArgs
 from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
-from infra.network import Network, NetworkArgs, check_existing_subnet
+from infra.network import Network, NetworkArgs
 from infra.nodes import NodeGroups, NodeGroupsArgs
 from infra.payload import PayloadBucket, PayloadBucketArgs, PayloadObject, PayloadObjectArgs, payload_uri_template
+from infra.preflight import preflight
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
 from model import tags as node_tags
 from model.catalog import InstanceSpec
-from model.config import ClusterConfig, ConfigError
+from model.config import ClusterConfig, iso_utc
+from model.fsx_identity import fsx_identity
+from model.schedule import group_schedule
 from model.tags import ON_DEMAND
 from userdata import layout
 from userdata.render import FsxEndpoint, NodeFiles, render_userdata
@@ -66,18 +70,26 @@ def controller_commands(region: str, controller_asg: str) -> tuple[str, str]:
     return find, f"aws ssm start-session --region {region} --target $({find})"
 
 
-def preflight(cfg: ClusterConfig) -> None:
-    """Checks that need AWS reads (data sources only); raise ConfigError before resources."""
-    problems = []
-    if cfg.network.subnet_id:
-        problems += check_existing_subnet(cfg.network.subnet_id, cfg.network.availability_zone)
-    if problems:
-        raise ConfigError(problems)
+def group_output(cfg: ClusterConfig, g, asg_name: pulumi.Output[str], now: datetime) -> dict[str, object]:
+    """One `node_groups` entry: what the group is and when it runs."""
+    out: dict[str, object] = {"asg_name": asg_name, "role": g.role, "size": g.size,
+                              "block": g.block.name if g.block is not None else ON_DEMAND,
+                              "capacity_block_id": g.block.reservation_id if g.block is not None else None}
+    if g.block is not None:
+        s = group_schedule(g, cfg.capacity.block_end_margin_minutes, now)
+        out.update(size_now=s.size_now, block_start=iso_utc(g.block.start), block_end=s.block_end_iso,
+                   scale_out_at=iso_utc(s.scale_out_at) if s.scale_out_at else None,
+                   scale_in_at=iso_utc(s.scale_in_at) if s.scale_in_at else None)
+    return out
 
 
-def build(cfg: ClusterConfig, region: str) -> BuildResult:
-    """Declare the cluster in `region` (infra/stack.py reads it from `aws:region`)."""
-    preflight(cfg)
+def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
+    """Declare the cluster in `region` (infra/stack.py reads it from `aws:region`).
+
+    `now` decides which blocks have started (infra/stack.py reads the clock once; plans
+    and tests pass a fixed time, so their output does not depend on the wall clock).
+    """
+    preflight(cfg, region, now)
     name = cfg.name
     spec = cfg.spec
     tags = {**cfg.tags, node_tags.CLUSTER: name}
@@ -110,7 +122,8 @@ def build(cfg: ClusterConfig, region: str) -> BuildResult:
     groups = cfg.node_groups()
     nodes = NodeGroups(name, NodeGroupsArgs(
         cluster_name=name, groups=groups, total_nodes=cfg.capacity.nodes, subnet_id=net.subnet_id,
-        launch_template_id=lt.launch_template_id, launch_template_version=lt.latest_version, tags=cfg.tags))
+        launch_template_id=lt.launch_template_id, launch_template_version=lt.latest_version,
+        now=now, block_end_margin_minutes=cfg.capacity.block_end_margin_minutes, tags=cfg.tags))
 
     controller_asg = nodes.asg_names["controller"]
     find_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[0])
@@ -127,12 +140,14 @@ def build(cfg: ClusterConfig, region: str) -> BuildResult:
         "fsx_mount_name": fsx.mount_name,
         "launch_template_id": lt.launch_template_id,
         "launch_template_version": lt.latest_version,
-        "node_groups": {g.name: {"asg_name": nodes.asg_names[g.name], "role": g.role, "size": g.size,
-                                 "block": g.block.name if g.block is not None else ON_DEMAND,
-                                 "capacity_block_id": g.block.reservation_id if g.block is not None else None}
+        "node_groups": {g.name: group_output(cfg, g, nodes.asg_names[g.name], now)
                         for g in groups if g.name in nodes.asg_names},
         "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
         "validation_results_path": layout.validation_results(name),
         "user_data_payload_bucket": bucket.bucket_name,
+        # Copy into fsx.pinned after the first `pulumi up` (model/fsx_identity.py).
+        "fsx_identity": fsx_identity(cfg).model_dump(),
+        "fsx_protected": fsx.protected,
+        "image_id": image_id(cfg),
     }
     return BuildResult(outputs=outputs, node_files=node_files)

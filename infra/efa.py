@@ -1,15 +1,16 @@
 """EFA network-interface layout per instance type: pure data, no pulumi import.
 
-Current AWS guidance for accelerated instances (FACTS 2.2, [EFA-ACC]; the same layout
-ParallelCluster's `add_network_interfaces` emits, ANCHORS feature table):
+Current AWS guidance for accelerated instances ([EFA-ACC]; ParallelCluster's
+`add_network_interfaces` emits the same layout):
   - NCI 0 / DI 0: `interface` (ENA). The primary interface must be on card 0 and may not
     be `efa-only`; it carries the node's single private IPv4.
   - NCI 0 / DI 1: `efa-only`, when card 0 supports EFA.
   - NCI n / DI 0: `efa-only` on every other card, until the type's EFA count is reached.
 `efa-only` interfaces get no IP address, so a p5.48xlarge uses one private IPv4 for
-33 interfaces, and nodes never hit "hostname resolves to another NIC's address"
-(seed 000 Step 1). Multi-interface instances cannot be given an auto-assigned public
-IP (FACTS 2.3), which is why the nodes live in a private subnet.
+33 interfaces, and nodes never hit "hostname resolves to another NIC's address" (with
+several IP interfaces the hostname can resolve to the wrong one, and Slurm and MPI bind
+to it [EFA-ACC]). Multi-interface instances cannot be given an auto-assigned public IP
+([BOTO-EC2] AssociatePublicIpAddress), which is why the nodes live in a private subnet.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Auto Scaling group": to consume Capacity Blocks, combine the group's Capacity
 Reservation specification with a market type on the launch template). So adding a block
 adds a group, not a template, and one template version describes every node: a
 rollout is one version number, whatever the number of blocks. On-demand nodes get the
-same template with a cluster placement group instead (Capacity Blocks take none,
-FACTS 3.2). The controller and the workers only differ by the `GpuClusterRole` tag
+same template with a cluster placement group instead (instances in a Capacity Block
+are co-located already and take none [CB-USE]). The controller and the workers only differ by the `GpuClusterRole` tag
 their group propagates.
 
 Subnets: the interfaces carry no `subnet_id`. The Auto Scaling group places each
@@ -17,7 +17,7 @@ instance is created there; a subnet in the template would compete with the group
 (AWS rejects launch templates with an interface subnet for managed node groups for the
 same reason). Security groups are set per interface, never as
 `vpc_security_group_ids`: EC2 rejects instance-level groups together with network
-interfaces (FACTS 2.4).
+interfaces ([PA-SDK] launch template `network_interfaces[*].security_groups`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.efa import interface_layout
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig, RootVolumeConfig
-from infra.efa import interface_layout
 
 # Ubuntu DLAMI root device.
 ROOT_DEVICE = "/dev/sda1"
@@ -40,11 +40,13 @@ TAGGED_RESOURCE_TYPES = ("instance", "volume", "network-interface")
 
 
 def image_id(cfg: ClusterConfig) -> str:
-    """Explicit AMI, or EC2's `resolve:ssm:` indirection to the DLAMI public parameter.
+    """The pinned AMI, or (only with `image.allow_unpinned`, model/deploy.py) EC2's
+    `resolve:ssm:` indirection to the DLAMI public parameter.
 
     With `resolve:ssm:` EC2 reads the parameter at each launch: a replaced node gets
-    the AMI current at that moment, without a template change. Pin `image.ami_id` to
-    keep every node on one AMI.
+    the AMI current at that moment, possibly with a kernel the FSx Lustre client
+    repository has no module for yet. A pinned id keeps every node, replacements
+    included, on one image; moving to a newer one is a config edit and a rollout.
     """
     return cfg.image.ami_id or f"resolve:ssm:{cfg.image.ssm_parameter}"
 
@@ -86,7 +88,7 @@ class NodeLaunchTemplate(pulumi.ComponentResource):
         super().__init__("gpu-cluster:index:NodeLaunchTemplate", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         if args.capacity_blocks and args.placement_group:
-            # Capacity Blocks are co-located already and do not take one (FACTS 3.2).
+            # Capacity Blocks are co-located already and do not take one [CB-USE].
             raise ValueError("a Capacity Block launch template takes no placement group")
 
         market = placement = None

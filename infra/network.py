@@ -1,12 +1,12 @@
 """Network: the one subnet every node and the file system live in.
 
 EFA OS-bypass traffic is not routable, so all EFA peers must share one subnet and AZ
-(FACTS 2.4). Either an existing subnet is used (its AZ is checked against the config
+[EFA-START]. Either an existing subnet is used (its AZ is checked against the config
 before any resource is declared, `check_existing_subnet`), or a minimal VPC is created:
 a private subnet for the nodes and FSx, a public subnet holding only the NAT gateway
 that gives the nodes egress for SSM and package/image pulls, and an S3 gateway endpoint. Nodes cannot sit
 in a public subnet: instances with several network interfaces cannot get an
-auto-assigned public IP (FACTS 2.3).
+auto-assigned public IP ([BOTO-EC2] AssociatePublicIpAddress).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Why Auto Scaling groups rather than one `aws.ec2.Instance` per node:
     16 blocks are 17 groups and one launch template), so evaluation does not grow with nodes;
   - a terminated or EC2-unhealthy instance is replaced automatically from the same
     launch template, and needs no edit to join (identity comes from IMDS tags);
-  - ASGs are the documented way to launch into a Capacity Block (FACTS 3.1, [ASG-CB]);
+  - ASGs are the documented way to launch into a Capacity Block [ASG-CB];
     one group per block, because a group targets one block.
 
 The group pins the template's latest version number (Capacity Block groups must pin one,
@@ -23,22 +23,32 @@ controller group last (its state is on /fsx, so the new controller resumes the q
         --preferences '{"MinHealthyPercentage": 90, "SkipMatching": true, "InstanceWarmup": 900}'
   SkipMatching leaves nodes already on the pinned version alone. A Capacity Block has no
   spare capacity, so the refresh terminates before it launches (MinHealthyPercentage
-  below 100) and EC2 needs a few minutes to free a terminated slot (FACTS 3.2).
+  below 100) and EC2 needs a few minutes to free a terminated slot [CB-LAUNCH].
 
 Scale-in protection stays off: the group's size is always min = max = desired, so the
 group never scales in on its own, and Capacity Block groups must be able to go to zero
 before the block ends ([ASG-CB]); protection would block exactly that.
+
+Capacity Block groups follow their block's dates (model/schedule.py): a group whose block
+has not started is declared at zero with a scheduled action to its size at the start;
+every block group gets a scheduled action to zero `block_end_margin_minutes` before the
+end, and its instances carry the end as the `GpuClusterBlockEnd` tag, which the controller
+turns into a Slurm reservation so no job runs into the end. Logical names, ASG names and
+action names derive from the block name, never from its position in the list: replacing
+block `a` by block `b` touches only those groups and their actions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import pulumi
 import pulumi_aws as aws
 
 from model import tags as node_tags
-from model.config import NodeGroup
+from model.config import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
+from model.schedule import GroupSchedule, group_schedule
 from model.tags import ON_DEMAND
 
 
@@ -50,11 +60,18 @@ def instance_tags(cluster_name: str, group: NodeGroup, total_nodes: int,
                   extra: dict[str, str]) -> dict[str, str]:
     """Tags each instance carries; the node contract reads the GpuCluster* ones from IMDS."""
     block = group.block.name if group.block is not None else ON_DEMAND
+    block_end = iso_utc(group.block.end) if group.block is not None and group.block.end is not None else None
     return {
         **extra,
         "Name": f"{cluster_name}-{group.role}",
-        **node_tags.identity_tags(cluster_name, group.role, total_nodes, block),
+        **node_tags.identity_tags(cluster_name, group.role, total_nodes, block, block_end),
     }
+
+
+def action_name(group: NodeGroup, what: str) -> str:
+    """Scheduled action name: unique within its group, names the block it follows."""
+    assert group.block is not None
+    return f"gpu-cluster-block-{group.block.name}-{what}"
 
 
 @dataclass
@@ -65,6 +82,8 @@ class NodeGroupsArgs:
     subnet_id: pulumi.Input[str]
     launch_template_id: pulumi.Input[str]
     launch_template_version: pulumi.Input[int]
+    now: datetime | None = None  # required with Capacity Blocks: decides started / not started
+    block_end_margin_minutes: int = DEFAULT_BLOCK_END_MARGIN_MINUTES
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -91,17 +110,22 @@ class NodeGroups(pulumi.ComponentResource):
 
     def _group(self, name: str, args: NodeGroupsArgs, g: NodeGroup, version: pulumi.Output[str]):
         capacity = None
+        sched = GroupSchedule(g.size, None, None, None)
         if g.block is not None:
+            if args.now is None:
+                raise ValueError("NodeGroupsArgs.now is required with Capacity Blocks")
+            sched = group_schedule(g, args.block_end_margin_minutes, args.now)
             # The launch template says "capacity-block"; the group names the block.
             capacity = aws.autoscaling.GroupCapacityReservationSpecificationArgs(
                 capacity_reservation_preference="capacity-reservations-only",
                 capacity_reservation_target=aws.autoscaling.GroupCapacityReservationSpecificationCapacityReservationTargetArgs(
                     capacity_reservation_ids=[g.block.reservation_id]))
         tags = instance_tags(args.cluster_name, g, args.total_nodes, args.tags)
-        return aws.autoscaling.Group(
+        size = sched.size_now
+        asg = aws.autoscaling.Group(
             f"{name}-{g.name}",
             name=asg_name(args.cluster_name, g.name),
-            min_size=g.size, max_size=g.size, desired_capacity=g.size,
+            min_size=size, max_size=size, desired_capacity=size,
             vpc_zone_identifiers=[args.subnet_id],
             launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=args.launch_template_id, version=version),
             capacity_reservation_specification=capacity,
@@ -115,3 +139,21 @@ class NodeGroups(pulumi.ComponentResource):
                   for k, v in sorted(tags.items())],
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # One-time actions (no recurrence), in UTC. Auto Scaling deletes a one-time action
+        # once it has run; the next `pulumi up` no longer declares a start action for a
+        # started block, so state and account agree again.
+        if sched.scale_out_at is not None:
+            aws.autoscaling.Schedule(
+                f"{name}-{g.name}-scale-out",
+                autoscaling_group_name=asg.name, scheduled_action_name=action_name(g, "start"),
+                start_time=iso_utc(sched.scale_out_at),
+                min_size=g.size, max_size=g.size, desired_capacity=g.size,
+                opts=pulumi.ResourceOptions(parent=self))
+        if sched.scale_in_at is not None:
+            aws.autoscaling.Schedule(
+                f"{name}-{g.name}-scale-in",
+                autoscaling_group_name=asg.name, scheduled_action_name=action_name(g, "end"),
+                start_time=iso_utc(sched.scale_in_at),
+                min_size=0, max_size=0, desired_capacity=0,
+                opts=pulumi.ResourceOptions(parent=self))
+        return asg

@@ -16,7 +16,9 @@ deterministic mocks and writes:
   DIR/userdata/index.json             launch template -> user-data directory
 All templates share one user data today, so <name> is `node`; if templates ever
 diverge, each distinct user data gets the launch template's name.
-Bad config: the `path: message` lines on stderr, exit status 2. Output is byte-stable.
+Bad config: the `path: message` lines on stderr, exit status 2. Output is byte-stable:
+the program runs at the fixed time PLAN_NOW (which Capacity Blocks have started decides
+group sizes and scheduled actions), never at the wall-clock time.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import hashlib
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,9 @@ from model.config import CONFIG_KEY, CONFIG_NAMESPACE
 REPO = Path(__file__).resolve().parent.parent
 FSX_ID = "fs-0123456789abcdef0"
 FSX_MOUNT_NAME = "abcdefgh"
+# The time plans and tests run the program at; the dev stack's block starts after it.
+PLAN_NOW = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+ACCOUNT = "123456789012"
 
 _ID_PREFIX = {
     "aws:ec2/vpc:Vpc": "vpc-", "aws:ec2/subnet:Subnet": "subnet-",
@@ -48,6 +54,13 @@ _ID_PREFIX = {
     "aws:ec2/launchTemplate:LaunchTemplate": "lt-", "aws:ec2/placementGroup:PlacementGroup": "pg-",
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": "dra-",
 }
+
+
+def _json_default(value: Any) -> str:
+    """YAML reads an unquoted `2026-12-08T11:30:00Z` as a datetime; config is JSON text."""
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _hex(name: str, n: int = 17) -> str:
@@ -68,10 +81,21 @@ def _plain(value: Any) -> Any:
 class PlanMocks(pulumi.runtime.Mocks):
     """Deterministic ids and outputs; records every resource and invoke."""
 
-    def __init__(self, region: str, subnet_az: str | None = None, subnet_vpc: str = "vpc-0a1b2c3d4e5f60718"):
+    def __init__(self, region: str, subnet_az: str | None = None, subnet_vpc: str = "vpc-0a1b2c3d4e5f60718",
+                 blocks: dict[str, dict[str, Any]] | None = None, zones: tuple[str, ...] | None = None,
+                 default_route: str | None = "nat-0a1b2c3d4e5f60718", vpc_dns_support: bool = True,
+                 ami_names: dict[str, str] | None = None):
+        """`blocks`: reservation id -> getCapacityBlockReservation answer (an id not in it
+        fails like an unknown id); `zones`: the region's zones (default: a, b, c);
+        `ami_names`: AMI id -> name (default: an Ubuntu 24.04 DLAMI name)."""
         self.region = region
         self.subnet_az = subnet_az
         self.subnet_vpc = subnet_vpc
+        self.blocks = blocks or {}
+        self.zones = zones if zones is not None else tuple(f"{region}{z}" for z in "abc")
+        self.default_route = default_route
+        self.vpc_dns_support = vpc_dns_support
+        self.ami_names = ami_names or {}
         self.resources: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
 
@@ -114,14 +138,40 @@ class PlanMocks(pulumi.runtime.Mocks):
 
     def call(self, args):
         self.calls.append({"token": args.token, "args": _plain(dict(args.args))})
-        if args.token == "aws:ec2/getSubnet:getSubnet":
-            sid = args.args.get("id")
+        token, a = args.token, args.args
+        if token == "aws:ec2/getSubnet:getSubnet":
+            sid = a.get("id")
             return {"id": sid, "availabilityZone": self.subnet_az, "vpcId": self.subnet_vpc,
-                    "cidrBlock": "10.0.0.0/18", "arn": f"arn:aws:ec2:{self.region}:123456789012:subnet/{sid}"}
+                    "cidrBlock": "10.0.0.0/18", "arn": f"arn:aws:ec2:{self.region}:{ACCOUNT}:subnet/{sid}"}
+        if token == "aws:ec2/getRouteTable:getRouteTable":
+            routes = [{"cidrBlock": "10.0.0.0/16", "gatewayId": "local"}]
+            if self.default_route:
+                key = "natGatewayId" if self.default_route.startswith("nat-") else "gatewayId"
+                routes.append({"cidrBlock": "0.0.0.0/0", key: self.default_route})
+            return {"id": "rtb-0a1b2c3d4e5f60718", "routeTableId": "rtb-0a1b2c3d4e5f60718",
+                    "vpcId": self.subnet_vpc, "subnetId": a.get("subnetId"), "routes": routes}
+        if token == "aws:ec2/getVpc:getVpc":
+            return {"id": a.get("id"), "cidrBlock": "10.0.0.0/16", "enableDnsSupport": self.vpc_dns_support,
+                    "enableDnsHostnames": True, "state": "available"}
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            return {"id": self.region, "names": list(self.zones),
+                    "zoneIds": [f"use2-az{i + 1}" for i in range(len(self.zones))]}
+        if token == "aws:ec2/getAmi:getAmi":
+            ami = a["filters"][0]["values"][0]
+            name = self.ami_names.get(ami, "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) 20261120")
+            return {"id": ami, "imageId": ami, "name": name, "description": name, "architecture": "x86_64",
+                    "ownerId": "898082745236", "state": "available"}
+        if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
+            rid = a.get("id")
+            if rid not in self.blocks:
+                # A failed invoke, as the engine reports a provider error (the program
+                # sees an exception it can catch; raising here would fail the whole run).
+                return {}, [("id", f"reading EC2 Capacity Block Reservation ({rid}): couldn't find resource")]
+            return {"id": rid, "capacityBlockId": rid, **self.blocks[rid]}
         raise NotImplementedError(f"no mock for invoke {args.token}; add one to infra/plan.py PlanMocks")
 
 
-def run_with_mocks(program, mocks: "PlanMocks", stack: str = "dev", config: dict[str, str] | None = None):
+def run_with_mocks(program, mocks: PlanMocks, stack: str = "dev", config: dict[str, str] | None = None):
     """Run `program()` (declares resources, returns anything Output-able) under `mocks`.
 
     Waits for every registration, then returns (resolved value, urn lookup) where the
@@ -148,23 +198,49 @@ def run_with_mocks(program, mocks: "PlanMocks", stack: str = "dev", config: dict
     return resolved.get("value"), urns
 
 
-def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az: str | None = None):
-    """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks.
+def declared_blocks(raw_cluster: Any, now: datetime = PLAN_NOW) -> dict[str, dict[str, Any]]:
+    """getCapacityBlockReservation answers that agree with the stack file's blocks: the
+    plan shows what the program does when preflight passes (state from `now`)."""
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(raw_cluster, dict):
+        return out
+    instance_type = raw_cluster.get("instance_type")
+    for b in (raw_cluster.get("capacity") or {}).get("capacity_blocks") or ():
+        if not isinstance(b, dict) or "reservation_id" not in b:
+            continue
+        start, end = (_json_default(v) if isinstance(v, datetime) else v for v in (b.get("start"), b.get("end")))
+        try:
+            started = start is not None and datetime.fromisoformat(str(start).replace("Z", "+00:00")) <= now
+        except (TypeError, ValueError):
+            started = False  # the config check reports the bad date
+        out[str(b["reservation_id"])] = {
+            "state": "active" if started else "scheduled", "reservationType": "capacity-block",
+            "instanceType": instance_type, "availabilityZone": b.get("availability_zone"),
+            "instanceCount": b.get("instance_count"), "startDate": str(start) if start else "",
+            "endDate": str(end) if end else ""}
+    return out
+
+
+def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az: str | None = None,
+                    mocks: PlanMocks | None = None, now: datetime = PLAN_NOW):
+    """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks, at `now`.
 
     Returns (mocks, urns, outputs, node_files). Raises pulumi.RunError for bad config.
-    `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ).
+    `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ);
+    the mocked Capacity Blocks agree with the config unless `mocks` says otherwise.
     """
     if subnet_az is None and isinstance(raw_cluster, dict):
         subnet_az = (raw_cluster.get("network") or {}).get("availability_zone")
-    mocks = PlanMocks(region or "us-east-1", subnet_az=subnet_az)
-    config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster)}
+    if mocks is None:
+        mocks = PlanMocks(region or "us-east-1", subnet_az=subnet_az, blocks=declared_blocks(raw_cluster, now))
+    config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster, default=_json_default)}
     if region:
         config["aws:region"] = region
 
     def program():
         from infra import stack as stack_mod
 
-        result = stack_mod.run()
+        result = stack_mod.run(now=now)
         return pulumi.Output.all(pulumi.Output.from_input(result.outputs), result.node_files)
 
     (outputs, node_files), urns = run_with_mocks(program, mocks, stack=stack, config=config)
@@ -188,7 +264,7 @@ def apply_override(raw: Any, assignment: str) -> Any:
         raise ValueError(f"--set {assignment!r}: use dotted.path=value")
     value = yaml.safe_load(text) if text != "" else ""
     parts = [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
-    raw = json.loads(json.dumps(raw if raw is not None else {}))
+    raw = json.loads(json.dumps(raw if raw is not None else {}, default=_json_default))
     node = raw
     for i, part in enumerate(parts):
         last = i == len(parts) - 1

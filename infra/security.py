@@ -1,9 +1,9 @@
 """Security group shared by the GPU nodes and the FSx file system.
 
 EFA requires a group that allows all traffic in from itself and out to itself
-(FACTS 2.4, [EFA-START]); the egress half matters because the provider removes AWS's
-default allow-all egress rule on create (FACTS 6.4). FSx for Lustre needs TCP 988 and
-1018-1023 between its file servers and from the clients (FACTS 4.3): FSx is given this
+[EFA-START]; the egress half matters because the provider removes AWS's
+default allow-all egress rule on create [PA-SG]. FSx for Lustre needs TCP 988 and
+1018-1023 between its file servers and from the clients [FSX-SG]: FSx is given this
 same group, so the self rules already cover those ports in both directions.
 
 Nothing is open inbound from outside the group: shells go through SSM Session Manager,
@@ -21,6 +21,8 @@ import pulumi_aws as aws
 # image pulls, the FSx Lustre client repository and S3; HTTP for Ubuntu's apt mirrors.
 # DNS (VPC resolver) and time (169.254.169.123) are link-local and not filtered by
 # security groups, so no other port is needed.
+SECURITY_GROUP_DESCRIPTION = "gpu-cluster: EFA nodes and FSx, self-referencing"
+
 INTERNET_EGRESS_PORTS = (("tcp", 443, "HTTPS: SSM agent, image pulls, S3, FSx client repo"),
                          ("tcp", 80, "HTTP: Ubuntu apt mirrors"))
 
@@ -33,7 +35,7 @@ class NodeSecurityGroupArgs:
 
 
 class NodeSecurityGroup(pulumi.ComponentResource):
-    """One group with standalone rules (never mixed with inline rules, FACTS 6.4)."""
+    """One group with standalone rules (never mixed with inline rules [PA-SG])."""
 
     security_group_id: pulumi.Output[str]
 
@@ -41,10 +43,12 @@ class NodeSecurityGroup(pulumi.ComponentResource):
         super().__init__("gpu-cluster:index:NodeSecurityGroup", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         # The description maps to GroupDescription, which cannot be updated: changing it
-        # replaces the group (and every node), so it stays constant.
+        # replaces the group, and with it the file system that uses it (FSx cannot change
+        # its security groups in place). So it is one constant, without the cluster name;
+        # the Name tag says which cluster it belongs to.
         sg = aws.ec2.SecurityGroup(
             f"{name}-sg", vpc_id=args.vpc_id,
-            description=f"gpu-cluster {args.cluster_name}: EFA nodes and FSx, self-referencing",
+            description=SECURITY_GROUP_DESCRIPTION,
             revoke_rules_on_delete=True,
             tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=child)
         aws.vpc.SecurityGroupIngressRule(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pulumi
 
 from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, parse_config
@@ -22,18 +24,24 @@ def aws_region() -> str:
     return region
 
 
-def run():
-    """Build the stack from config; config and preflight errors become RunError lines."""
+def run(now: datetime | None = None):
+    """Build the stack from config; config and preflight errors become RunError lines.
+
+    The clock is read here, once: which Capacity Blocks have started decides group
+    sizes and scheduled actions. `infra/plan.py` and the tests pass a fixed `now`.
+    """
     from infra.cluster import build
 
     cfg = load_config()
+    if now is None:
+        now = datetime.now(UTC)
     try:
-        return build(cfg, aws_region())
+        return build(cfg, aws_region(), now)
     except ConfigError as err:
         raise pulumi.RunError(str(err)) from None
 
 
-def main() -> None:
-    result = run()
+def main(now: datetime | None = None) -> None:
+    result = run(now)
     for key, value in result.outputs.items():
         pulumi.export(key, value)

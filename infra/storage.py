@@ -3,14 +3,23 @@
 Placed in the cluster subnet with the nodes' security group (whose self rules cover
 the Lustre ports, see infra/security.py). LZ4 compression is on: it costs the clients
 nothing and cuts stored bytes for checkpoints and datasets. Lustre 2.15 is the version
-the Ubuntu 24.04 client packages speak (FACTS 4.5).
+the Ubuntu 24.04 client packages speak [FSX-CLIENT].
 
 EFA-enabled FSx is not used: it can only be set at creation, needs PERSISTENT_2 with a
 metadata configuration, an EFA-capable Lustre client set up for EFA on every node, and
-it then blocks later throughput changes (FACTS 4.2). Its benefit starts above
+it then blocks later throughput changes [FSX-EFA]. Its benefit starts above
 ~10 GB/s of file traffic, beyond what this cluster's default sizes deliver; the nodes'
 EFA bandwidth is kept for NCCL. Without EFA, PERSISTENT_2 needs no metadata
 configuration (FSx then provisions metadata IOPS automatically).
+
+Data safety (PERSISTENT types): Pulumi `protect` by default, so a preview that would
+delete or replace the file system fails (`fsx.protect: false` opts out); automatic daily
+backups kept `fsx.backup_retention_days` (default 7; 0 only with
+`fsx.allow_no_backups: true`); a final backup when the file system is deleted (the
+provider skips it unless told otherwise [TF-FSX]); tags copied to backups so a backup
+says which cluster it belongs to. SCRATCH types have no backups at all [FSX-SCRATCH]:
+no retention, no final backup (FSx would refuse the delete), and no protect by default.
+Which edits replace the file system, and how they are refused: model/fsx_identity.py.
 """
 
 from __future__ import annotations
@@ -21,8 +30,11 @@ import pulumi
 import pulumi_aws as aws
 
 from model.config import FsxConfig
+from model.fsx_identity import COPY_TAGS_TO_BACKUPS, LUSTRE_VERSION, STORAGE_TYPE
 
-LUSTRE_VERSION = "2.15"
+# UTC, HH:MM: 03:00 is outside the 11:30 UTC block changes and, for most regions, outside
+# working hours; the backup window is 30 minutes long.
+DAILY_BACKUP_START = "03:00"
 
 
 def split_s3_uri(s3_uri: str) -> tuple[str, str]:
@@ -52,7 +64,10 @@ class FileSystem(pulumi.ComponentResource):
         super().__init__("gpu-cluster:index:FileSystem", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         cfg = args.fsx
-        persistent = cfg.deployment_type.startswith("PERSISTENT")
+        persistent = cfg.persistent
+        # allow_replace is the stack file's explicit yes to losing /fsx: it lifts the
+        # pin check (model/fsx_identity.py) and protect for that `pulumi up`.
+        self.protected = cfg.protected and not cfg.allow_replace
         repo = cfg.data_repository
         # PERSISTENT_1 and SCRATCH_2 link S3 through import/export paths on the file
         # system itself; PERSISTENT_2 only through a data repository association.
@@ -60,18 +75,22 @@ class FileSystem(pulumi.ComponentResource):
         fs = aws.fsx.LustreFileSystem(
             f"{name}-lustre",
             deployment_type=cfg.deployment_type,
-            storage_type="SSD",
+            storage_type=STORAGE_TYPE,
             storage_capacity=cfg.storage_capacity_gib,
             per_unit_storage_throughput=cfg.per_unit_storage_throughput if persistent else None,
-            subnet_ids=args.subnet_id,  # a single subnet id in pulumi-aws 7.x (FACTS 6.5)
+            subnet_ids=args.subnet_id,  # a single subnet id in pulumi-aws 7.x [PA-SDK]
             security_group_ids=[args.security_group_id],
             data_compression_type="LZ4",
             file_system_type_version=LUSTRE_VERSION,
             import_path=repo.s3_uri if legacy_link else None,
             export_path=repo.s3_uri if legacy_link else None,
             auto_import_policy="NEW_CHANGED_DELETED" if legacy_link else None,
+            automatic_backup_retention_days=cfg.backup_retention_days if persistent else None,
+            daily_automatic_backup_start_time=DAILY_BACKUP_START if persistent and cfg.backup_retention_days else None,
+            copy_tags_to_backups=COPY_TAGS_TO_BACKUPS if persistent else None,
+            skip_final_backup=not persistent,
             tags={**args.tags, "Name": f"{args.cluster_name}-fsx"},
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, protect=self.protected),
         )
         if repo is not None and cfg.deployment_type == "PERSISTENT_2":
             events = ["NEW", "CHANGED", "DELETED"]

@@ -5,7 +5,7 @@ directly. Every number carries its source key; `unconfirmed` names the fields th
 are derived rather than published, so they can be checked on a real node (the boot
 step compares them with `slurmd -C` and fails loudly when they disagree).
 
-Sources (full references in ../shared/design/FACTS.md section 1):
+Sources (titles and URLs in docs/sources.md):
   [K-IT]      aws/karpenter-provider-aws website/.../reference/instance-types.md
               (generated from EC2 DescribeInstanceTypes: vCPU, memory MiB, GPUs,
               EFA max interfaces, local NVMe GB, network bandwidth)
@@ -62,7 +62,8 @@ class InstanceSpec:
 
     @property
     def cpus_per_gpu(self) -> int:
-        """vCPUs per GPU: the --cpus-per-task EFA needs per rank (seed 000)."""
+        """vCPUs per GPU: the --cpus-per-task EFA needs per rank (one CPU per rank cuts
+        EFA bandwidth to 1/4-1/10: the network stack is short of CPU for packets)."""
         return self.vcpus // self.gpus if self.gpus else self.vcpus
 
     @property

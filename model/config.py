@@ -9,6 +9,7 @@ resource is declared. No pulumi import here: the renderer and the tests use it t
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -24,12 +25,26 @@ DLAMI_SSM_PARAMETER = (
     "base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 )
 
-# Capacity Blocks hold at most 64 instances each (FACTS 3.2, [CB-USE]).
+# Capacity Blocks hold at most 64 instances each [CB-USE].
 MAX_INSTANCES_PER_BLOCK = 64
+# Every Capacity Block ends at 11:30 UTC [CB-PURCHASE]. Start times and durations are
+# not checked here: an offering that starts today starts before 11:30 and is shorter
+# than whole days, and extensions change the end; preflight compares the declared
+# dates with EC2's own record of the block instead.
+BLOCK_END_UTC = (11, 30)
+# EC2 starts terminating a block's instances 30 minutes before its end [CB-USE]; the
+# group must be at zero by then ([ASG-CB]: scale to zero at least 30 minutes before).
+EC2_BLOCK_END_LEAD_MINUTES = 30
+DEFAULT_BLOCK_END_MARGIN_MINUTES = 40
+# FSx automatic backup retention, days (0 disables them) [BOTO-FSX].
+MAX_BACKUP_RETENTION_DAYS = 90
+# Ubuntu 22.04 ships Slurm 21.08, which has no dynamic nodes (`slurmd -Z` came in
+# 22.05), and cannot load Enroot's AppArmor profile: every node would fail to join.
+UNSUPPORTED_UBUNTU = re.compile(r"ubuntu[-_ ]?22[.-]04", re.IGNORECASE)
 
-# FSx for Lustre storage increments, GiB (FACTS 4.1, [BOTO-FSX]).
+# FSx for Lustre storage increments, GiB [BOTO-FSX].
 _FSX_INCREMENT = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "PERSISTENT_2": 2400}
-# Per-unit storage throughput, MB/s/TiB, SSD storage (FACTS 4.1).
+# Per-unit storage throughput, MB/s/TiB, SSD storage [BOTO-FSX].
 _FSX_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 
 # Cluster names end up in AWS names (ASG, launch template, IAM role: 64 chars with our
@@ -72,11 +87,27 @@ class NetworkConfig(Strict):
         return v
 
 
+def iso_utc(value: datetime) -> str:
+    """The one spelling of a time in tags, schedules and messages: 2026-12-08T11:30:00Z."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class CapacityBlock(Strict):
     name: str = Field(description="Short block name: node feature `block-<name>` and node group name.")
     reservation_id: str = Field(description="Capacity Block reservation id (cr-...).")
     instance_count: int = Field(gt=0, description="Instances the block holds.")
     availability_zone: str = Field(description="AZ of the block (must equal network.availability_zone).")
+    start: datetime | None = Field(None, description="Block start, ISO-8601 with zone (e.g. 2026-12-01T11:30:00Z); required to deploy.")
+    end: datetime | None = Field(None, description="Block end, ISO-8601 with zone (blocks end at 11:30 UTC); required to deploy.")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        # A time without a zone would be read in the local zone of whoever runs
+        # `pulumi up`: the schedule would move with the operator's laptop.
+        if v is not None and (v.tzinfo is None or v.utcoffset() is None):
+            raise ValueError(f"'{v.isoformat()}' has no time zone; write it in UTC with a Z, e.g. '2026-12-08T11:30:00Z'")
+        return v.astimezone(UTC) if v is not None else v
 
     @field_validator("name")
     @classmethod
@@ -104,6 +135,16 @@ class CapacityConfig(Strict):
     nodes: int = Field(ge=2, le=4096, description="GPU nodes in the cluster (one of them is the controller).")
     capacity_blocks: tuple[CapacityBlock, ...] = Field((), description="Capacity Blocks to place nodes in; empty for on-demand.")
     placement_group: bool | None = Field(None, description="Cluster placement group; on-demand only (default true there).")
+    block_end_margin_minutes: int = Field(DEFAULT_BLOCK_END_MARGIN_MINUTES, description="Minutes before a block's end at which its group scales to zero and Slurm stops starting jobs there (at least 30).")
+
+    @field_validator("block_end_margin_minutes")
+    @classmethod
+    def _margin(cls, v: int) -> int:
+        if v < EC2_BLOCK_END_LEAD_MINUTES:
+            raise ValueError(f"{v} minutes is less than the {EC2_BLOCK_END_LEAD_MINUTES} minutes before a block's end at which EC2 terminates its instances; use at least {EC2_BLOCK_END_LEAD_MINUTES} (default {DEFAULT_BLOCK_END_MARGIN_MINUTES})")
+        if v > 24 * 60:
+            raise ValueError(f"{v} minutes is more than a day; use {DEFAULT_BLOCK_END_MARGIN_MINUTES} unless jobs need a longer stop")
+        return v
 
 
 FsxDeployment = Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]
@@ -128,16 +169,48 @@ class DataRepository(Strict):
         return v
 
 
+class FsxIdentity(Strict):
+    """What the file system was created with: every value whose change replaces it.
+
+    The program exports the current values as the `fsx_identity` stack output; pinning
+    them here (`fsx.pinned`) after the first `pulumi up` makes a later edit of any of
+    them fail before anything is touched (model/fsx_identity.py).
+    """
+
+    cluster_name: str = Field(description="Cluster name (in the logical names of the file system and its security group).")
+    deployment_type: FsxDeployment = Field(description="FSx deployment type.")
+    storage_type: str = Field(description="FSx storage type.")
+    file_system_type_version: str = Field(description="Lustre version.")
+    subnet: str = Field(description="Subnet id, or 'created:<az>:<vpc_cidr>' for the subnet the stack creates.")
+    storage_capacity_gib: int = Field(description="Storage capacity, GiB (may grow, never shrink).")
+    copy_tags_to_backups: bool = Field(description="Set only at creation.")
+    s3_import_path: str | None = Field(None, description="Import/export path (S3 link of PERSISTENT_1, SCRATCH_2).")
+
+
 class FsxConfig(Strict):
     deployment_type: FsxDeployment = Field("PERSISTENT_2", description="FSx for Lustre deployment type.")
     storage_capacity_gib: int = Field(1200, description="Storage capacity, GiB (1200, 2400, then type's increment).")
     per_unit_storage_throughput: int | None = Field(250, description="MB/s/TiB; PERSISTENT types only.")
     data_repository: DataRepository | None = Field(None, description="Optional S3 data repository.")
+    protect: bool | None = Field(None, description="Pulumi `protect`: a preview that would delete or replace the file system fails (default: true for PERSISTENT types).")
+    backup_retention_days: int = Field(7, ge=0, le=MAX_BACKUP_RETENTION_DAYS, description="Automatic daily backups kept, days (PERSISTENT types; 0 needs allow_no_backups).")
+    allow_no_backups: bool = Field(False, description="Opt-out that lets backup_retention_days be 0.")
+    allow_replace: bool = Field(False, description="Let an edit of a pinned value replace the file system (its data is lost).")
+    pinned: FsxIdentity | None = Field(None, description="Values the file system was created with (copy of the `fsx_identity` stack output).")
+
+    @property
+    def persistent(self) -> bool:
+        return self.deployment_type.startswith("PERSISTENT")
+
+    @property
+    def protected(self) -> bool:
+        return self.persistent if self.protect is None else self.protect
 
 
 class ImageConfig(Strict):
-    ami_id: str | None = Field(None, description="Explicit AMI id; overrides the SSM parameter.")
-    ssm_parameter: str = Field(DLAMI_SSM_PARAMETER, description="Public SSM parameter holding the AMI id.")
+    ami_id: str | None = Field(None, description="Pinned AMI id every node boots (required to deploy unless allow_unpinned).")
+    ssm_parameter: str = Field(DLAMI_SSM_PARAMETER, description="Public SSM parameter the pinned AMI id was read from.")
+    allow_unpinned: bool = Field(False, description="Boot whatever AMI ssm_parameter names at each launch (replacements may get another kernel).")
 
     @field_validator("ami_id")
     @classmethod
@@ -151,6 +224,8 @@ class ImageConfig(Strict):
     def _ssm(cls, v: str) -> str:
         if not v.startswith("/"):
             raise ValueError(f"'{v}' is not an SSM parameter path; it must start with '/'")
+        if UNSUPPORTED_UBUNTU.search(v):
+            raise ValueError(f"'{v}' is an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes (slurmd -Z came in 22.05) and its AppArmor cannot load Enroot's profile; use the Ubuntu 24.04 DLAMI parameter '{DLAMI_SSM_PARAMETER}'")
         return v
 
 
@@ -226,6 +301,10 @@ class ClusterConfig(Strict):
         return CATALOG[self.instance_type]
 
     @property
+    def block_end_margin_minutes(self) -> int:
+        return self.capacity.block_end_margin_minutes
+
+    @property
     def uses_capacity_blocks(self) -> bool:
         return bool(self.capacity.capacity_blocks)
 
@@ -235,11 +314,12 @@ class ClusterConfig(Strict):
             return False
         return self.capacity.placement_group is not False
 
-    def node_groups(self) -> list["NodeGroup"]:
+    def node_groups(self) -> list[NodeGroup]:
         """Nodes per group: the controller group (1 node) first, then workers per block.
 
         Blocks fill in the order given; the controller takes its node from the first
-        block so every node shares one template and one image (seed 000 topology).
+        block so every node shares one template and one image (one GPU node doubles
+        as the controller).
         """
         groups: list[NodeGroup] = []
         if not self.uses_capacity_blocks:
@@ -346,8 +426,32 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
     if fsx.data_repository is not None and dt.startswith("SCRATCH_1"):
         problems.append((p("fsx", "data_repository"), "SCRATCH_1 data repositories use import paths we do not manage; use PERSISTENT_2 or SCRATCH_2"))
 
-    if cfg.image.ami_id and "ssm_parameter" in cfg.image.model_fields_set:
-        problems.append((p("image", "ssm_parameter"), "give either image.ami_id or image.ssm_parameter, not both"))
+    for i, b in enumerate(blocks):
+        if b.end is not None and (b.end.hour, b.end.minute, b.end.second) != (*BLOCK_END_UTC, 0):
+            problems.append((p("capacity", "capacity_blocks", i, "end"), f"{iso_utc(b.end)} is not a Capacity Block end; blocks end at 11:30 UTC: copy the end date EC2 shows for {b.reservation_id}"))
+        if b.start is not None and b.end is not None:
+            if b.end <= b.start:
+                problems.append((p("capacity", "capacity_blocks", i, "end"), f"{iso_utc(b.end)} is not after start {iso_utc(b.start)}; copy both dates EC2 shows for {b.reservation_id}"))
+            elif (b.end - b.start).total_seconds() <= cap.block_end_margin_minutes * 60:
+                problems.append((p("capacity", "capacity_blocks", i, "end"), f"the block is not longer than capacity.block_end_margin_minutes ({cap.block_end_margin_minutes}): its nodes would be stopped before they start"))
+        elif (b.start is None) != (b.end is None):
+            missing, given = ("start", "end") if b.start is None else ("end", "start")
+            problems.append((p("capacity", "capacity_blocks", i, missing), f"required with {given}; copy both dates EC2 shows for {b.reservation_id}"))
+    if not blocks and "block_end_margin_minutes" in cap.model_fields_set:
+        problems.append((p("capacity", "block_end_margin_minutes"), "only used with Capacity Blocks; remove it"))
+
+    if fsx.persistent:
+        if fsx.backup_retention_days == 0 and not fsx.allow_no_backups:
+            problems.append((p("fsx", "backup_retention_days"), "0 turns automatic backups off: a deleted or replaced file system cannot be restored; use 1-90, or add fsx.allow_no_backups: true to accept that"))
+        elif fsx.allow_no_backups and fsx.backup_retention_days > 0:
+            problems.append((p("fsx", "allow_no_backups"), f"backups are on ({fsx.backup_retention_days} days); remove allow_no_backups"))
+    else:
+        for key in ("backup_retention_days", "allow_no_backups"):
+            if key in fsx.model_fields_set:
+                problems.append((p("fsx", key), f"{dt} file systems have no backups (FSx backs up PERSISTENT types only); remove it, or use PERSISTENT_2"))
+
+    if cfg.image.ami_id and cfg.image.allow_unpinned:
+        problems.append((p("image", "allow_unpinned"), "image.ami_id pins the image already; remove allow_unpinned or ami_id"))
     return problems
 
 

@@ -14,6 +14,9 @@ CLUSTER = "GpuClusterName"  # cluster name
 ROLE = "GpuClusterRole"  # `controller` or `worker`
 NODES = "GpuClusterNodes"  # expected node count of the whole cluster
 BLOCK = "GpuClusterBlock"  # capacity block name, or ON_DEMAND
+# The block's end, ISO-8601 UTC (2026-12-08T11:30:00Z); Capacity Block nodes only. The
+# controller reserves the block's nodes from end minus the margin (lib/block-end.sh).
+BLOCK_END = "GpuClusterBlockEnd"
 
 ON_DEMAND = "on-demand"
 ROLES = ("controller", "worker")
@@ -22,8 +25,16 @@ ROLES = ("controller", "worker")
 NODE_IDENTITY = (CLUSTER, ROLE, NODES, BLOCK)
 
 
-def identity_tags(cluster: str, role: str, nodes: int, block: str) -> dict[str, str]:
-    """The identity tags of one instance (values are strings, as EC2 stores them)."""
+def identity_tags(cluster: str, role: str, nodes: int, block: str,
+                  block_end: str | None = None) -> dict[str, str]:
+    """The identity tags of one instance (values are strings, as EC2 stores them).
+
+    `block_end` (ISO-8601 UTC) only for Capacity Block nodes: on-demand nodes get no
+    BLOCK_END tag at all.
+    """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-    return {CLUSTER: cluster, ROLE: role, NODES: str(nodes), BLOCK: block}
+    tags = {CLUSTER: cluster, ROLE: role, NODES: str(nodes), BLOCK: block}
+    if block_end is not None:
+        tags[BLOCK_END] = block_end
+    return tags

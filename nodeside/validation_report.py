@@ -29,7 +29,8 @@ FIGURES = {
     "single": ("busbw", None, "min"),
     "all_reduce": ("algbw", "all_reduce_min_algbw", "min"),
     "alltoall": ("algbw", "alltoall_min_algbw", "min"),
-    # the container run must match the host (seed step 2), so the same floors apply
+    # the container run must match the host (a gap is the image's NCCL/plugin, not the
+    # fabric), so the same floors apply
     "torch_all_reduce": ("algbw", "all_reduce_min_algbw", "min"),
     "torch_all_to_all": ("algbw", "alltoall_min_algbw", "min"),
     "pingpong": ("latency_us", "pingpong_max_latency_us", "max"),
@@ -104,8 +105,8 @@ def check_step(config, baseline_figures, step, text):
 def pairs(nodes, features):
     """Node pairs: a ring inside each capacity block (every node meets two different
     partners, so a single bad node fails both of its pairs and is named), plus one
-    pair across each neighbouring block boundary, reported separately (seed: spine
-    differs between blocks)."""
+    pair across each neighbouring block boundary, reported separately (the network
+    spine above the nodes differs between blocks [TOPO])."""
     blocks = {}
     for n in nodes:
         feats = features.get(n, [])

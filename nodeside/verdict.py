@@ -16,19 +16,19 @@ import math
 import re
 import sys
 
-# Go/no-go fractions.  The seed's reference run (P6-B200, 2 nodes) reaches
+# Go/no-go fractions.  A reference run (P6-B200, 2 nodes, DLAMI of 2026-10) reaches
 # all-reduce algbw 374 GB/s at 16 GiB = 94% of the ~400 GB/s per-node EFA, and
 # all-to-all per-GPU inter-node traffic (algbw / 2 on 2 nodes) of ~48 GB/s = 95%
 # of the per-GPU ceiling.  Published healthy p5 runs on older stacks reach only
 # ~65% on all-reduce (awsome-distributed-training README: 259.8 GB/s at 16 GiB),
 # while the failures this gate exists for cost far more: one CPU per rank drops
-# to 1/4-1/10 (seed: 92 vs 368 GB/s, 8.7 vs 95 GB/s) and a socket fallback to a
+# to 1/4-1/10 (reference: 92 vs 368 GB/s, 8.7 vs 95 GB/s) and a socket fallback to a
 # few percent.  0.60 sits between the two: every healthy published run passes,
 # every known misconfiguration fails.  Smaller regressions are caught by the
 # recorded baseline (validation_report.py, margin from the stack config).
 ALLREDUCE_FRACTION = 0.60
 ALLTOALL_FRACTION = 0.60
-# fi_pingpong 64 B round trip: seed reference 10.85 us.  Latency is informative,
+# fi_pingpong 64 B round trip: reference run 10.85 us.  Latency is informative,
 # not the gate's main signal; ~3x the reference still flags a path that is not
 # OS-bypass without failing on instance-generation differences.
 PINGPONG_MAX_US = 30.0
@@ -51,7 +51,7 @@ def thresholds(efa_gbps, gpus, nics):
         "node_efa_gbytes": round(node, 2),
         "per_gpu_efa_gbytes": round(per_gpu, 2),
         # judged on algbw: with NVLS/tree, busbw can exceed the NIC bandwidth
-        # (seed "How to read nccl-tests results" (4))
+        # (intra-node NVLink carries part of the traffic) [NCCL-TESTS-PERF]
         "all_reduce_min_algbw": round(ALLREDUCE_FRACTION * node, 1),
         # per-GPU inter-node traffic = algbw * (nodes-1)/nodes = algbw/2 on 2 nodes
         "alltoall_min_algbw": round(ALLTOALL_FRACTION * per_gpu * 2, 1),
@@ -234,7 +234,7 @@ def parse_nccl_tests(text, lines):
     return r
 
 
-def parse_torch(text, lines):
+def parse_torch(lines):
     r = _new("torch_comm_bench")
     head = next((TORCH_HEAD.search(ln) for ln in lines if TORCH_HEAD.search(ln)), None)
     nodes = int(head.group(3)) if head else None
@@ -258,7 +258,7 @@ def parse_torch(text, lines):
     return r
 
 
-def parse_pingpong(text, lines):
+def parse_pingpong(lines):
     r = _new("fi_pingpong")
     m = next((PP_CMD.search(ln) for ln in lines if PP_CMD.search(ln)), None)
     r["transport"] = m.group(1) if m else None
@@ -290,7 +290,7 @@ def evaluate(text, expect_transport="any", expect_nics=None, min_busbw=None, min
     """Verdict dict for one log's text."""
     lines = _lines(text)
     if any("usec/xfer" in ln for ln in lines) or "fi_pingpong" in text:
-        r = parse_pingpong(text, lines)
+        r = parse_pingpong(lines)
         lat = r.get("latency_us")
         if max_latency_us is not None and lat is not None and lat > max_latency_us:
             r["reasons"].append(f"latency {lat} us at {r['latency_size_bytes']} B above "
@@ -299,7 +299,7 @@ def evaluate(text, expect_transport="any", expect_nics=None, min_busbw=None, min
             r["reasons"].append(f"provider {r['transport']}, expected {expect_transport}")
     else:
         torch = "torch_comm_bench" in text or any(TORCH.match(ln) for ln in lines)
-        r = parse_torch(text, lines) if torch else parse_nccl_tests(text, lines)
+        r = parse_torch(lines) if torch else parse_nccl_tests(text, lines)
         _check_transport(r, expect_transport, expect_nics)
         size = r["max_size_bytes"]
         for key, floor in (("busbw", min_busbw), ("algbw", min_algbw)):

@@ -2,16 +2,18 @@
 
 The mocks are `infra.plan.PlanMocks` (deterministic ids, FSx dns/mount name, launch
 template latest_version 1), so tests see exactly what `python -m infra.plan` writes.
-Each call re-installs the mocks (the mock runtime state is process-global, FACTS 7.4).
+Each call re-installs the mocks (the mock runtime state is process-global [P-SDK]).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from datetime import datetime
+from typing import Any
 
-from infra.plan import PlanMocks, load_stack_config, run_under_mocks, run_with_mocks
+from infra.plan import PLAN_NOW, PlanMocks, load_stack_config, run_under_mocks, run_with_mocks
 
 REGION = "us-east-2"
 
@@ -49,8 +51,9 @@ def run_component(factory: Callable[[], Any], region: str = REGION, subnet_az: s
     return Run(mocks.resources, urns, value, calls=mocks.calls)
 
 
-def run_program(raw: dict[str, Any], region: str = REGION, subnet_az: str | None = None) -> Run:
-    mocks, urns, outputs, node_files = run_under_mocks(raw, region, subnet_az=subnet_az)
+def run_program(raw: dict[str, Any], region: str = REGION, subnet_az: str | None = None,
+                mocks: PlanMocks | None = None, now: datetime = PLAN_NOW) -> Run:
+    mocks, urns, outputs, node_files = run_under_mocks(raw, region, subnet_az=subnet_az, mocks=mocks, now=now)
     return Run(mocks.resources, urns, outputs, node_files, calls=mocks.calls)
 
 
@@ -60,13 +63,15 @@ def stack_config(stack: str) -> tuple[dict[str, Any], str]:
 
 
 def valid_raw() -> dict[str, Any]:
-    """A small valid cluster config (dev-like, existing subnet) for mutation in tests."""
+    """A small valid cluster config (dev-like, existing subnet, a block that starts after
+    infra.plan.PLAN_NOW, a pinned image) for mutation in tests."""
     return {
         "name": "t1",
         "instance_type": "p5.48xlarge",
         "network": {"availability_zone": "us-east-2b", "subnet_id": "subnet-0a1b2c3d4e5f60718"},
         "capacity": {"nodes": 2, "capacity_blocks": [
             {"name": "a", "reservation_id": "cr-0123456789abcdef0", "instance_count": 2,
-             "availability_zone": "us-east-2b"}]},
+             "availability_zone": "us-east-2b", "start": "2026-12-01T11:30:00Z", "end": "2026-12-08T11:30:00Z"}]},
+        "image": {"ami_id": "ami-0a1b2c3d4e5f60718"},
         "tags": {"team": "ml"},
     }

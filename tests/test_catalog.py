@@ -16,7 +16,7 @@ EXPECTED = [
 
 
 def test_catalog_holds_exactly_the_supported_types():
-    assert SUPPORTED_INSTANCE_TYPES == tuple(sorted(t[0] for t in EXPECTED))
+    assert tuple(sorted(t[0] for t in EXPECTED)) == SUPPORTED_INSTANCE_TYPES
 
 
 @pytest.mark.parametrize("name,gpus,vcpus,sockets,cores,threads,efa,cards,gbps", EXPECTED)

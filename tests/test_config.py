@@ -82,8 +82,40 @@ INVALID = [
      f"{R}.fsx.data_repository.s3_uri", "S3 URI"),
     ("fsx-repo-path", [("fsx.data_repository", {"s3_uri": "s3://bucket/x", "file_system_path": "/"})],
      f"{R}.fsx.data_repository.file_system_path", "absolute path"),
-    ("ami-and-ssm", [("image", {"ami_id": "ami-0123456789abcdef0", "ssm_parameter": "/x/y"})],
-     f"{R}.image.ssm_parameter", "not both"),
+    ("pinned-and-unpinned", [("image", {"ami_id": "ami-0123456789abcdef0", "allow_unpinned": True})],
+     f"{R}.image.allow_unpinned", "pins the image already"),
+    ("ubuntu-2204", [("image", {"ssm_parameter": "/aws/service/deeplearning/ami/x86_64/"
+                                                 "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"})],
+     f"{R}.image.ssm_parameter", "Slurm 21.08 has no dynamic nodes"),
+    ("block-start-no-zone", [("capacity.capacity_blocks.0.start", "2026-12-01T11:30:00")],
+     f"{R}.capacity.capacity_blocks[0].start", "no time zone"),
+    ("block-start-not-a-date", [("capacity.capacity_blocks.0.start", "next monday")],
+     f"{R}.capacity.capacity_blocks[0].start", "datetime"),
+    ("block-end-not-1130", [("capacity.capacity_blocks.0.end", "2026-12-08T12:00:00Z")],
+     f"{R}.capacity.capacity_blocks[0].end", "blocks end at 11:30 UTC"),
+    ("block-end-other-zone", [("capacity.capacity_blocks.0.end", "2026-12-08T11:30:00+01:00")],
+     f"{R}.capacity.capacity_blocks[0].end", "2026-12-08T10:30:00Z is not a Capacity Block end"),
+    ("block-end-before-start", [("capacity.capacity_blocks.0.start", "2026-12-09T11:30:00Z")],
+     f"{R}.capacity.capacity_blocks[0].end", "not after start 2026-12-09T11:30:00Z"),
+    ("block-start-only", [("capacity.capacity_blocks.0.end", _DEL)],
+     f"{R}.capacity.capacity_blocks[0].end", "required with start"),
+    ("block-shorter-than-margin", [("capacity.capacity_blocks.0.start", "2026-12-08T11:00:00Z")],
+     f"{R}.capacity.capacity_blocks[0].end", "not longer than capacity.block_end_margin_minutes (40)"),
+    ("margin-below-ec2-lead", [("capacity.block_end_margin_minutes", 29)],
+     f"{R}.capacity.block_end_margin_minutes", "use at least 30"),
+    ("margin-on-demand", [("capacity", {"nodes": 2, "block_end_margin_minutes": 45})],
+     f"{R}.capacity.block_end_margin_minutes", "only used with Capacity Blocks"),
+    ("backups-off-silently", [("fsx.backup_retention_days", 0)],
+     f"{R}.fsx.backup_retention_days", "fsx.allow_no_backups: true"),
+    ("backups-too-long", [("fsx.backup_retention_days", 91)],
+     f"{R}.fsx.backup_retention_days", "less than or equal to 90"),
+    ("backups-on-scratch", [("fsx.deployment_type", "SCRATCH_2"), ("fsx.per_unit_storage_throughput", None),
+                            ("fsx.backup_retention_days", 3)],
+     f"{R}.fsx.backup_retention_days", "PERSISTENT types only"),
+    ("no-backups-opt-out-unused", [("fsx.allow_no_backups", True)],
+     f"{R}.fsx.allow_no_backups", "backups are on (7 days)"),
+    ("pin-unknown-key", [("fsx.pinned", {"cluster_name": "t1"})],
+     f"{R}.fsx.pinned.deployment_type", "required"),
     ("bad-ami", [("image", {"ami_id": "ubuntu"})], f"{R}.image.ami_id", "AMI id"),
     ("root-too-small", [("root_volume", {"size_gib": 50})], f"{R}.root_volume.size_gib", "100"),
     ("partition-default", [("slurm", {"partition": "default"})], f"{R}.slurm.partition", "DEFAULT"),
@@ -153,11 +185,11 @@ def test_shape_errors_do_not_hide_meaning_errors_elsewhere():
     raw = valid_raw()
     raw["fsx"] = {"sise": 1}  # shape error in fsx
     raw["capacity"]["nodes"] = 9  # meaning error in capacity
-    raw["image"] = {"ami_id": "ami-0123456789abcdef0", "ssm_parameter": "/x"}  # meaning error in image
+    raw["image"] = {"ami_id": "ami-0123456789abcdef0", "allow_unpinned": True}  # meaning error in image
     with pytest.raises(ConfigError) as exc:
         parse_config(raw)
     assert [p for p, _ in exc.value.problems] == [
-        f"{R}.fsx.sise", f"{R}.capacity.nodes", f"{R}.image.ssm_parameter"]
+        f"{R}.fsx.sise", f"{R}.capacity.nodes", f"{R}.image.allow_unpinned"]
 
 
 def test_bad_network_does_not_invent_block_az_errors():
@@ -167,3 +199,30 @@ def test_bad_network_does_not_invent_block_az_errors():
     with pytest.raises(ConfigError) as exc:
         parse_config(raw)
     assert [p for p, _ in exc.value.problems] == [f"{R}.network.availability_zone", f"{R}.capacity.nodes"]
+
+
+def test_block_dates_are_utc_and_optional_for_parsing():
+    raw = valid_raw()
+    raw["capacity"]["capacity_blocks"][0]["start"] = "2026-12-01T12:30:00+01:00"
+    block = parse_config(raw).capacity.capacity_blocks[0]
+    assert block.start.isoformat() == "2026-12-01T11:30:00+00:00" and block.end.isoformat() == "2026-12-08T11:30:00+00:00"
+    # The renderer and the local cluster parse configs without dates; deploying needs them
+    # (model/deploy.py, tests/test_lifecycle.py).
+    for key in ("start", "end"):
+        del raw["capacity"]["capacity_blocks"][0][key]
+    assert parse_config(raw).capacity.capacity_blocks[0].start is None
+
+
+def test_data_safety_defaults():
+    cfg = parse_config(valid_raw())
+    assert cfg.fsx.protected is True and cfg.fsx.backup_retention_days == 7 and cfg.fsx.allow_replace is False
+    assert cfg.capacity.block_end_margin_minutes == 40
+    raw = valid_raw()
+    raw["fsx"] = {"deployment_type": "SCRATCH_2", "per_unit_storage_throughput": None}
+    assert parse_config(raw).fsx.protected is False  # scratch: no protect unless asked
+    raw["fsx"]["protect"] = True
+    assert parse_config(raw).fsx.protected is True
+    raw = valid_raw()
+    raw["fsx"] = {"backup_retention_days": 0, "allow_no_backups": True, "protect": False}
+    cfg = parse_config(raw)
+    assert (cfg.fsx.backup_retention_days, cfg.fsx.protected) == (0, False)

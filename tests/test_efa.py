@@ -1,4 +1,4 @@
-"""EFA interface layout for every catalog type (FACTS 2.2)."""
+"""EFA interface layout for every catalog type [EFA-ACC]."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from model.catalog import CATALOG
 from infra.efa import EFA_ONLY, ENA, interface_layout
+from model.catalog import CATALOG
 
 # type -> (network cards, EFA interfaces, total interfaces)
 EXPECTED = {

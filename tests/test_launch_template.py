@@ -7,9 +7,9 @@ import base64
 import pulumi
 import pytest
 
+from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
 from model.catalog import CATALOG
 from model.config import RootVolumeConfig, parse_config
-from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
 from tests.mocks import run_component, valid_raw
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -112,8 +112,9 @@ def test_every_catalog_type_declares_its_layout(instance_type, total):
     assert all(n["interfaceType"] == "efa-only" for n in nis[1:])
 
 
-def test_image_id_default_and_explicit():
+def test_image_id_pinned_or_explicitly_unpinned():
     raw = valid_raw()
+    raw["image"] = {"allow_unpinned": True}  # the program refuses an unpinned image without it
     assert image_id(parse_config(raw)) == (
         "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id")
     raw["image"] = {"ami_id": "ami-0123456789abcdef0"}

@@ -92,10 +92,51 @@ def test_set_overrides(tmp_path):
     assert _render_here(tmp_path, "--set", "capacity.capacity_blocks.0.instance_count=4", "--set", "capacity.nodes=4",
                         "--set", "instance_type=p6-b200.48xlarge") == 0
     plan = json.loads((tmp_path / "plan.json").read_text())
+    # Before the block starts (PLAN_NOW) the group is at zero; its size comes at the start.
     asg = next(r for r in plan["resources"] if r["name"] == "dev-block-a")
-    assert asg["inputs"]["desiredCapacity"] == 3
+    assert asg["inputs"]["desiredCapacity"] == 0
+    out = next(r for r in plan["resources"] if r["name"] == "dev-block-a-scale-out")
+    assert (out["inputs"]["desiredCapacity"], out["inputs"]["startTime"]) == (3, "2026-12-01T11:30:00Z")
     lt = next(r for r in plan["resources"] if r["name"] == "dev-lt")
     assert len(lt["inputs"]["networkInterfaces"]) == 9
+
+
+def test_set_a_started_block_and_an_unquoted_date(tmp_path):
+    """A block that started before PLAN_NOW runs at full size; YAML timestamps are accepted."""
+    assert _render_here(tmp_path, "--set", "capacity.capacity_blocks.0.start=2026-11-24T11:30:00Z") == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    names = {r["name"]: r["inputs"] for r in plan["resources"]}
+    assert names["dev-block-a"]["desiredCapacity"] == 1 and "dev-block-a-scale-out" not in names
+    assert names["dev-block-a-scale-in"]["startTime"] == "2026-12-08T10:50:00Z"
+
+
+def test_plan_does_not_depend_on_the_wall_clock(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _render_here(a) == 0
+    import infra.stack
+
+    real = infra.stack.datetime
+
+    class Later(real):  # a wall clock a month later must not change the plan
+        @classmethod
+        def now(cls, tz=None):
+            return real(2027, 1, 1, tzinfo=tz)
+
+    infra.stack.datetime = Later
+    try:
+        assert _render_here(b) == 0
+    finally:
+        infra.stack.datetime = real
+    assert (a / "plan.json").read_bytes() == (b / "plan.json").read_bytes()
+
+
+def test_replacing_edit_exits_with_the_guard_line(tmp_path):
+    proc = _render(tmp_path, "--set", "network.subnet_id=subnet-0ffffffffffffffff")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("gpu-cluster:cluster.network.subnet_id: the file system was created with subnet "
+                           "'subnet-0a1b2c3d4e5f60718' (fsx.pinned)")
+    assert "fsx.allow_replace: true" in line
 
 
 def test_bad_config_exits_with_path_lines(tmp_path):

@@ -19,9 +19,9 @@ import pytest
 from model.catalog import CATALOG
 from tests.node_shell import max_node_count
 from userdata import layout as node_layout
-from userdata.render import boot_files
 from userdata import slurm_conf as sc
 from userdata import templating
+from userdata.render import boot_files
 
 P5 = CATALOG["p5.48xlarge"]
 

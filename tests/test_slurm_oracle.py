@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from model.catalog import CATALOG
+from tests.node_shell import max_node_count
 from tests.slurm_harness import (
     SYSROOT_ENV,
-    SlurmTestCluster,
     SlurmLayout,
+    SlurmTestCluster,
     free_port,
     host_cgroup_plugin,
     host_profile_spec,
@@ -36,7 +37,6 @@ from tests.slurm_harness import (
     parse_node_line,
     sysroot_problem,
 )
-from tests.node_shell import max_node_count
 from userdata import layout as node_layout
 from userdata import slurm_conf as sc
 
@@ -157,7 +157,7 @@ def test_dynamic_node_registers_and_runs_steps(cluster):
     r = cluster.run("srun", "--mpi=pmix", "-n1", "printenv", "PMIX_RANK", timeout=20, check=False)
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
     # PropagateResourceLimitsExcept=MEMLOCK: a step keeps slurmd's memlock, not the low
-    # limit of the shell that submitted it (seed 002 §17).
+    # limit of the shell that submitted it [SLURM-MEMLOCK].
     slurmd_memlock = subprocess.run(["bash", "-c", "ulimit -l"], capture_output=True, text=True).stdout.strip()
     assert slurmd_memlock != "64"
     r = cluster.run("bash", "-c", "ulimit -S -l 64 && srun -n1 bash -c 'ulimit -l'", timeout=20)

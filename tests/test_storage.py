@@ -5,8 +5,8 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from model.config import FsxConfig
 from infra.storage import FileSystem, FileSystemArgs
+from model.config import FsxConfig
 from tests.mocks import run_component
 
 FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -73,3 +73,53 @@ def test_scratch2_has_no_throughput():
     fs = run.inputs(FS, "c1-lustre")
     assert fs["deploymentType"] == "SCRATCH_2"
     assert "perUnitStorageThroughput" not in fs
+
+
+def _lustre_resource(fsx: FsxConfig):
+    """(inputs, protect) of the file system the component declares."""
+    captured = {}
+
+    def program():
+        fs = FileSystem("c1", FileSystemArgs(cluster_name="c1", fsx=fsx, subnet_id="subnet-0abc",
+                                             security_group_id="sg-0abc", tags=TAGS))
+        captured["protect"] = [c for c in _children(fs)][0]._protect
+        return fs.file_system_id
+    run = run_component(program)
+    return run.inputs(FS, "c1-lustre"), captured["protect"]
+
+
+def _children(component):
+    import pulumi_aws as aws
+    return [r for r in component._childResources if isinstance(r, aws.fsx.LustreFileSystem)]
+
+
+def test_persistent_is_protected_and_backed_up(persistent2):
+    fs = persistent2.inputs(FS, "c1-lustre")
+    assert fs["automaticBackupRetentionDays"] == 7
+    assert fs["dailyAutomaticBackupStartTime"] == "03:00"
+    assert fs["skipFinalBackup"] is False  # the provider's default (true) deletes with no backup
+    assert fs["copyTagsToBackups"] is True
+    _, protect = _lustre_resource(FsxConfig())
+    assert protect is True
+
+
+def test_protect_and_backups_are_opt_out():
+    fs, protect = _lustre_resource(FsxConfig(protect=False, backup_retention_days=0, allow_no_backups=True))
+    assert protect is False
+    assert fs["automaticBackupRetentionDays"] == 0 and "dailyAutomaticBackupStartTime" not in fs
+    assert fs["skipFinalBackup"] is False
+
+
+def test_allow_replace_lifts_protect_for_that_up():
+    _, protect = _lustre_resource(FsxConfig(allow_replace=True))
+    assert protect is False
+
+
+@pytest.mark.parametrize("dt", ["SCRATCH_1", "SCRATCH_2"])
+def test_scratch_has_no_backups_and_no_default_protect(dt):
+    fs, protect = _lustre_resource(FsxConfig(deployment_type=dt, storage_capacity_gib=1200,
+                                             per_unit_storage_throughput=None))
+    assert protect is False
+    for key in ("automaticBackupRetentionDays", "dailyAutomaticBackupStartTime", "copyTagsToBackups"):
+        assert key not in fs
+    assert fs["skipFinalBackup"] is True  # FSx has no final backup for scratch

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import tarfile
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ def config(nodes: int = 2, instance_type: str = "p5.48xlarge", **extra):
     })
 
 
-@lru_cache(maxsize=None)
+@cache
 def rendered(instance_type: str = "p5.48xlarge", nodes: int = 2, uri: str = URI):
     """One render per distinct input (rendering is pure, so tests can share it)."""
     return render_userdata(config(nodes, instance_type), CATALOG[instance_type], FSX, uri)
@@ -219,7 +219,7 @@ def test_cluster_env_values():
     assert env["PYXIS_SO"] == "/usr/local/lib/slurm/spank_pyxis.so"
     assert env["VALIDATION_ENABLED"] == "1" and env["VALIDATION_WAIT_MINUTES"] == "30"
     assert (env["SLURM_MAX_NODES_FACTOR"], env["SLURM_MAX_NODES_SPARE"]) == ("2", "4")
-    assert not any("NODES" == k or k.endswith("_NODES") for k in env if k.startswith("GPU_CLUSTER"))
+    assert not any(k == "NODES" or k.endswith("_NODES") for k in env if k.startswith("GPU_CLUSTER"))
     off = render_userdata(config(validation={"enabled": False}), CATALOG["p5.48xlarge"], FSX, URI)
     assert _env_of(off.files[layout.CLUSTER_ENV])["VALIDATION_ENABLED"] == "0"
 

@@ -3,14 +3,13 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from nodeside import validation_report as vr
 from model.catalog import CATALOG
+from nodeside import validation_report as vr
 from nodeside import verdict
 from userdata.validation_files import compact_python, validation_files
 
@@ -76,7 +75,7 @@ def test_p5_job_uses_seed_launch_settings():
     exports = re.findall(r"--export=\"?([^\" ]*)", code)
     assert exports and all(e.startswith("ALL,") for e in exports)  # never a bare list
     assert all("NCCL_DEBUG=INFO" in e for e in exports)
-    # nothing forces IB or a network plugin on EFA (seed troubleshooting)
+    # nothing forces IB or a network plugin on EFA [OFI-NCCL]
     assert not re.search(r"NCCL_NET\b|NCCL_NET_PLUGIN|NCCL_IB_|FI_PROVIDER", code)
     assert code.count("--mpi=pmix --export=") == 2  # single-node and pair nccl-tests launches
 

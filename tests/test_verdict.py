@@ -35,8 +35,8 @@ def test_thresholds_per_instance(efa_gbps, gpus, nics, ar, a2a):
 
 
 def test_thresholds_separate_seed_reference_from_seed_failure_modes():
-    # seed reference (P6-B200): 374 GB/s all-reduce, 95 GB/s all-to-all at 16 GiB
-    # passes; the seed's one-CPU-per-rank figures (92 / 8.7 GB/s) fail
+    # reference run (P6-B200): 374 GB/s all-reduce, 95 GB/s all-to-all at 16 GiB
+    # passes; its one-CPU-per-rank figures (92 / 8.7 GB/s) fail
     t = verdict.thresholds(3200, 8, 8)
     assert 92 < t["all_reduce_min_algbw"] < 374
     assert 8.7 < t["alltoall_min_algbw"] < 95

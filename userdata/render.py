@@ -42,13 +42,13 @@ BOUNDARY = "==gpu-cluster-7d1c0f5e=="  # fixed: byte-stable output
 # What the user data itself carries; everything else travels in the S3 payload.
 INLINE_FILES = (layout.CLUSTER_ENV, layout.FETCH)
 
-# Pinned versions (seed 000 "Validated environment").
+# Pinned versions: the combination validated together on the DLAMI (2026-10).
 SLURM_SERIES = "23.11"
 ENROOT_VERSION = "4.2.1"
 PYXIS_VERSION = "0.24.0"
 ENROOT_URL = "https://github.com/NVIDIA/enroot/releases/download"
 PYXIS_URL = "https://github.com/NVIDIA/pyxis/archive/refs/tags"
-# FSx for Lustre client repository for Ubuntu (FACTS 4.5).
+# FSx for Lustre client repository for Ubuntu [FSX-CLIENT].
 FSX_CLIENT_KEY_URL = "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
 FSX_CLIENT_REPO = "https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu"
 
@@ -132,6 +132,7 @@ def cluster_env(cfg, spec: InstanceSpec, fsx: FsxEndpoint) -> str:
         ("MUNGE_WORKER_INTERVAL", MUNGE_WORKER_INTERVAL),
         ("MUNGE_WORKER_MIN_AGE", MUNGE_WORKER_MIN_AGE),
         ("NODE_REAP_GRACE", NODE_REAP_GRACE),
+        ("BLOCK_END_MARGIN_MINUTES", cfg.capacity.block_end_margin_minutes),
         ("ENROOT_VERSION", ENROOT_VERSION),
         ("ENROOT_URL", ENROOT_URL),
         ("PYXIS_VERSION", PYXIS_VERSION),

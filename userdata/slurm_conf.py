@@ -7,13 +7,13 @@ Registration uses Slurm's *dynamic nodes* (22.05+): slurm.conf has no NodeName l
 only `MaxNodeCount` and a partition with `Nodes=ALL`; every node starts
 `slurmd -Z --conf "<node line>"` with its own IPv4 NodeAddr. Why:
 - a node that replaces a failed one registers by itself; nobody edits slurm.conf or
-  runs `scontrol reconfigure` on the controller (seed 000: replacing a node is "launch
-  the same template again");
+  runs `scontrol reconfigure` on the controller: replacing a node is "launch the
+  same template again" [SLURM-DYN];
 - the user data carries no list of hostnames or addresses, so its bytes do not depend
   on the node count and every node of a template gets the same bytes (issue 3);
 - the explicit `NodeAddr=<IPv4>` avoids the Ubuntu 24.04 pitfall where the hostname
-  resolves to an IPv6 link-local address (seed 000 Step 1).
-Measured on Slurm 22.05 (FACTS 9): the node registers with exactly the given NodeAddr.
+  resolves to an IPv6 link-local address, and slurmd binds to it.
+Measured on Debian's Slurm 22.05: the node registers with exactly the given NodeAddr.
 
 Boot-time values are placeholders `@NAME@` (no `/`, `&`, `\\` or `|`, so a plain
 `sed -e 's|@NAME@|value|g'` fills them): the controller's name and address and
@@ -79,10 +79,10 @@ MAX_NODES_FACTOR = 2
 MAX_NODES_SPARE = 4
 
 # Job steps need a large locked-memory limit: EFA registers (pins) its buffers and
-# fails with "ibv_reg_mr failed, got error (12)" under a low memlock (seed 002 §17).
+# fails with "ibv_reg_mr failed, got error (12)" under a low memlock [SLURM-MEMLOCK].
 # slurmd runs with this limit and slurm.conf stops Slurm from copying the submitting
-# shell's (often 8 MiB) limit into the job. Seed 002 §17 also reports a field case of
-# NCCL topology-search hangs on 256+ nodes with unlimited memlock, fixed with a large
+# shell's (often 8 MiB) limit into the job. A field report (not AWS or NCCL docs) tells
+# of NCCL topology-search hangs on 256+ nodes with unlimited memlock, fixed with a large
 # finite value (8388608 KiB); change it here if that is ever seen (bytes for systemd).
 SLURMD_MEMLOCK = "infinity"
 SLURMD_NOFILE = 131072
@@ -154,7 +154,8 @@ def slurmd_conf_arg(spec: InstanceSpec, block: str = NODE_PLACEHOLDERS["NODE_BLO
 
 def def_cpu_per_gpu(spec: InstanceSpec) -> int | None:
     """DefCpuPerGPU: vCPUs / GPUs, so a GPU job that forgets --cpus-per-task still
-    gets the CPUs EFA needs per rank (seed 000: 1 CPU per rank costs 4-10x bandwidth).
+    gets the CPUs EFA needs per rank (1 CPU per rank costs 4-10x bandwidth: the network
+    stack is short of CPU to process packets).
     None on a GPU-less profile (the line is then omitted)."""
     return spec.cpus_per_gpu if spec.gpus else None
 
@@ -254,7 +255,7 @@ def render_slurm_files(cluster_name: str, partition: str, spec: InstanceSpec,
     """Every Slurm-related file a node gets, keyed by absolute node path.
 
     `cgroup_plugin`: `autodetect` on the nodes (Ubuntu 24.04, cgroup v2); the local
-    test host has a cgroup v1 hierarchy and passes `cgroup/v1` (FACTS 9).
+    test host has a cgroup v1 hierarchy and passes `cgroup/v1` [SLURM-CGROUP].
     Paths under /opt/gpu-cluster/templates still hold placeholders (see module doc).
     """
     if cgroup_plugin not in _CGROUP_PLUGINS:

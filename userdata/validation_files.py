@@ -36,11 +36,11 @@ NODESIDE = Path(__file__).resolve().parent.parent / "nodeside"
 REPORTED = ("cluster_name", "instance_type", "gpus", "vcpus", "efa_count", "efa_gbps", "partition",
             "fsx_root", "container_image", "time_limit_minutes", "baseline_margin")
 REQUIRED = (*REPORTED, "cpus_per_gpu")
-# seed sweeps: 2 nodes 8 B..16 GiB, factor 2, one GPU per rank, check on, 50 iterations;
+# reference sweeps: 2 nodes 8 B..16 GiB, factor 2, one GPU per rank, check on, 50 iterations;
 # the single-node NVLink pre-check stops at 1 GiB
 SWEEP = "-b 8 -e 16G -f 2 -g 1 -c 1 -n 50"
 SINGLE_SWEEP = "-b 8 -e 1G -f 2 -g 1 -c 1 -n 50"
-TORCH_MAX_BYTES = 8 << 30  # seed's container reference is at 8 GiB
+TORCH_MAX_BYTES = 8 << 30  # the container reference figures are at 8 GiB
 # seconds; the 16 GiB sweep takes ~1-2 min on p4d/p5, the container step may first
 # import the image on every node; RESERVE keeps time to write the report
 TIMEOUTS = {"nccl": 900, "torch": 1800, "pingpong": 120, "reserve": 120}
