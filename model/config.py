@@ -237,6 +237,9 @@ class RootVolumeConfig(Strict):
 
 class SlurmConfig(Strict):
     partition: str = Field("train", description="Default Slurm partition name.")
+    default_time_minutes: int = Field(
+        60, ge=1, le=43200,
+        description="Time limit of a job submitted without --time (partition DefaultTime).")
 
     @field_validator("partition")
     @classmethod

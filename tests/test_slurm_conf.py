@@ -178,7 +178,7 @@ def test_slurm_conf_has_no_node_lines_and_one_partition():
     text = _conf(partition="gpu")
     assert not re.search(r"^NodeName", text, re.MULTILINE | re.IGNORECASE)
     parts = [ln for ln in text.splitlines() if ln.startswith("PartitionName=")]
-    assert parts == ["PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
+    assert parts == ["PartitionName=gpu Nodes=ALL Default=YES DefaultTime=60 MaxTime=INFINITE State=UP"]
     assert text.endswith(parts[0] + "\n")
 
 

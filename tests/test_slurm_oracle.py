@@ -128,6 +128,7 @@ def test_slurmctld_accepts_p5_config(cluster):
     assert cfg["ConstrainDevices"] == "no" and cfg["ConstrainCores"] == "yes" and cfg["ConstrainRAMSpace"] == "no"
     part = parse_node_line(cluster.run("scontrol", "-o", "show", "partition", PARTITION).stdout)
     assert part["Default"] == "YES" and part["MaxTime"] == "UNLIMITED" and part["State"] == "UP"
+    assert part["DefaultTime"] == "01:00:00"  # a job without --time gets an hour, not INFINITE
     # The controller wrote its state where the config says (on /fsx for real nodes).
     cluster.stop()
     assert cluster.host_path(cluster.layout.state / "node_state").exists()

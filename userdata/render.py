@@ -218,7 +218,8 @@ def node_files(cfg, spec: InstanceSpec, fsx: FsxEndpoint, cgroup_plugin: str = "
     sources = (
         boot_files(),
         job_templates(cfg, spec),
-        slurm_conf.render_slurm_files(cfg.name, cfg.slurm.partition, spec, cgroup_plugin=cgroup_plugin),
+        slurm_conf.render_slurm_files(cfg.name, cfg.slurm.partition, spec, cgroup_plugin=cgroup_plugin,
+                                      default_time_minutes=cfg.slurm.default_time_minutes),
         validation_files(validation_ctx(cfg, spec)),
         {layout.CLUSTER_ENV: cluster_env(cfg, spec, fsx)},
     )

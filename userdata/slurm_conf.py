@@ -225,9 +225,17 @@ def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str
     return settings
 
 
-def partition_line(partition: str) -> str:
-    """The default partition; Nodes=ALL takes in every dynamic node as it registers."""
-    return f"PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+def partition_line(partition: str, default_time_minutes: int = 60) -> str:
+    """The default partition; Nodes=ALL takes in every dynamic node as it registers.
+
+    DefaultTime: a job without --time would otherwise get MaxTime (INFINITE), and on a
+    Capacity Block cluster the block-end maintenance reservation (lib/block-end.sh)
+    exists from the first boot, so such a job could never start on the block's nodes.
+    """
+    if default_time_minutes < 1:
+        raise ValueError(f"default_time_minutes must be >= 1, got {default_time_minutes}")
+    return (f"PartitionName={partition} Nodes=ALL Default=YES DefaultTime={default_time_minutes} "
+            "MaxTime=INFINITE State=UP")
 
 
 def check_values(spec: InstanceSpec) -> dict[str, int]:
@@ -250,7 +258,7 @@ def _render(template: str, **values: object) -> str:
 
 
 def render_slurm_files(cluster_name: str, partition: str, spec: InstanceSpec,
-                       cgroup_plugin: str = "autodetect",
+                       cgroup_plugin: str = "autodetect", default_time_minutes: int = 60,
                        pyxis_plugin_path: str = layout.PYXIS_PLUGIN) -> dict[str, str]:
     """Every Slurm-related file a node gets, keyed by absolute node path.
 
@@ -267,7 +275,7 @@ def render_slurm_files(cluster_name: str, partition: str, spec: InstanceSpec,
         layout.SLURM_CONF_TEMPLATE: _render(
             "slurm/slurm.conf.j2",
             settings=slurm_conf_settings(cluster_name, spec),
-            partition_line=partition_line(partition),
+            partition_line=partition_line(partition, default_time_minutes),
         ),
         f"{layout.SLURM_ETC}/gres.conf": _render("slurm/gres.conf.j2", lines=gres_conf_lines(spec)),
         f"{layout.SLURM_ETC}/cgroup.conf": _render("slurm/cgroup.conf.j2", cgroup_plugin=cgroup_plugin),
