@@ -31,10 +31,6 @@ class NetworkInterfaceSlot:
     device_index: int
     interface_type: str
 
-    @property
-    def is_primary(self) -> bool:
-        return self.network_card_index == 0 and self.device_index == 0
-
 
 def interface_layout(spec: InstanceSpec) -> tuple[NetworkInterfaceSlot, ...]:
     """The interfaces to declare for `spec`, ordered by (card, device index).
@@ -58,7 +54,3 @@ def interface_layout(spec: InstanceSpec) -> tuple[NetworkInterfaceSlot, ...]:
         remaining -= 1
         card += 1
     return tuple(slots)
-
-
-def efa_interface_count(spec: InstanceSpec) -> int:
-    return sum(1 for s in interface_layout(spec) if s.interface_type == EFA_ONLY)

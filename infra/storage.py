@@ -37,13 +37,6 @@ from model.fsx_identity import COPY_TAGS_TO_BACKUPS, LUSTRE_VERSION, STORAGE_TYP
 DAILY_BACKUP_START = "03:00"
 
 
-def split_s3_uri(s3_uri: str) -> tuple[str, str]:
-    """('bucket', 'prefix' without slashes) of an s3:// URI."""
-    rest = s3_uri.removeprefix("s3://")
-    bucket, _, prefix = rest.partition("/")
-    return bucket, prefix.strip("/")
-
-
 @dataclass
 class FileSystemArgs:
     cluster_name: str

@@ -66,11 +66,6 @@ class InstanceSpec:
         EFA bandwidth to 1/4-1/10: the network stack is short of CPU for packets)."""
         return self.vcpus // self.gpus if self.gpus else self.vcpus
 
-    @property
-    def efa_gbytes_per_s(self) -> float:
-        """Per-node EFA bandwidth in GB/s (decimal), the unit nccl-tests prints."""
-        return self.efa_gbps / 8
-
     def __post_init__(self) -> None:
         # A catalog typo would silently produce a node that drains at boot.
         if self.sockets * self.cores_per_socket * self.threads_per_core != self.vcpus:

@@ -25,7 +25,6 @@ def test_figures(name, gpus, vcpus, sockets, cores, threads, efa, cards, gbps):
     assert (s.gpus, s.vcpus, s.sockets, s.cores_per_socket, s.threads_per_core) == (gpus, vcpus, sockets, cores, threads)
     assert (s.efa_count, s.network_cards, s.efa_gbps) == (efa, cards, gbps)
     assert s.cpus_per_gpu == vcpus // gpus
-    assert s.efa_gbytes_per_s == gbps / 8
     assert s.sources, f"{name} cites no source"
 
 

@@ -40,7 +40,7 @@ def test_p5_has_33_interfaces_one_ena():
     layout = interface_layout(CATALOG["p5.48xlarge"])
     assert len(layout) == 33
     assert [s for s in layout if s.interface_type == ENA] == [layout[0]]
-    assert layout[0].is_primary
+    assert (layout[0].network_card_index, layout[0].device_index) == (0, 0)
 
 
 def test_card0_without_efa_moves_efa_to_other_cards():
