@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError
 
 from model.catalog import SUPPORTED_INSTANCE_TYPES
 from model.config import ConfigError
-from ops import blocks, preflight, replace, status
+from ops import blocks, pin, preflight, replace, status
 from ops.aws import OpsError, Session, describe_error
 from ops.context import Context
 from ops.stack import REPO, load_stack
@@ -52,6 +52,14 @@ def parser() -> argparse.ArgumentParser:
     stack_args(sp)
     sp.add_argument("--no-ssm", action="store_true", help="skip reading node status on the controller")
 
+    sp = sub.add_parser("pin", help="print the stack-file lines that pin the image and the FSx identity")
+    stack_args(sp)
+    sp.add_argument("--image", action="store_true", help="resolve image.ssm_parameter to the AMI id to pin")
+    sp.add_argument("--fsx", action="store_true", help="read the live file system's fsx.pinned values")
+    sp.add_argument("--file-system-id", help="the cluster's file system when several carry its tags")
+    sp.add_argument("--write", action="store_true",
+                    help="set the key(s) in the stack file (text edit, comments kept; review with git diff)")
+
     sp = sub.add_parser("replace", help="drain a node, terminate it through its group, wait for the new one")
     sp.add_argument("node", help="Slurm node name (ip-10-0-1-5) or instance id (i-...)")
     stack_args(sp)
@@ -75,6 +83,8 @@ def main(argv: list[str] | None = None, ctx: Context | None = None,
             return blocks.run(ctx, args)
         stack = load_stack(args.stack, args.region, args.stack_dir)
         ctx.session = session_for(stack.region)
+        if args.command == "pin":
+            return pin.run(ctx, args, stack)
         if args.command == "status":
             return status.run(ctx, args, stack.config.name, stack.region)
         return replace.run(ctx, args, stack.config.name)

@@ -1,6 +1,9 @@
 """preflight: the stack file against the AWS account, every problem at once.
 
 The checks themselves are pure (`model/preflight.py`); this module reads the facts.
+It runs the program's deploy-time rules first (`model.deploy.deploy_problems`: block
+dates and scale-in, pinned image, pinned FSx identity) and checks the pinned AMI the
+way the program does, so a clean preflight means `pulumi up` passes its own preflight.
 Exit status: 0 clean (warnings allowed), 2 problems (config or account).
 """
 
@@ -10,9 +13,12 @@ import json
 from typing import Any
 
 from model.config import ConfigError
-from model.preflight import errors, preflight_findings
+from model.deploy import deploy_problems
+from model.preflight import Finding, errors, path, preflight_findings
+from ops.aws import OpsError
 from ops.context import Context
 from ops.facts import gather
+from ops.image import describe_image, image_refusal
 from ops.stack import load_stack
 
 
@@ -32,7 +38,10 @@ def run(ctx: Context, args: Any, session_for) -> int:
     session = session_for(stack.region)
     ctx.session = session
     ctx.progress(f"preflight {stack.name}: checking {stack.config.name} in {stack.region} ...")
-    findings = preflight_findings(stack.config, gather(session, stack.config, ctx.clock.now()))
+    now = ctx.clock.now()
+    account = preflight_findings(stack.config, gather(session, stack.config, now))
+    findings = [Finding(p, m) for p, m in deploy_problems(stack.config, now, stack.region)]
+    findings += image_findings(session, stack.config.image.ami_id, stack.region) + account
     bad = errors(findings)
     warnings = len(findings) - len(bad)
     if args.json:
@@ -45,3 +54,19 @@ def run(ctx: Context, args: Any, session_for) -> int:
         verdict = f"{len(bad)} problem(s)" if bad else "OK"
         ctx.print(f"preflight {stack.name} ({stack.region}): {verdict}, {warnings} warning(s)")
     return 2 if bad else 0
+
+
+def image_findings(session, ami_id: str | None, region: str) -> list[Finding]:
+    """The pinned AMI exists in this region and is one the program accepts."""
+    if not ami_id:
+        return []  # deploy_problems says it must be pinned (unless allow_unpinned)
+    where = path("image", "ami_id")
+    try:
+        img = describe_image(session.client("ec2"), ami_id)
+    except OpsError as err:
+        return [Finding(where, f"could not check: {err}")]
+    if img is None:
+        return [Finding(where, f"{ami_id} does not exist in {region}; AMI ids are per region: pin the id the DLAMI "
+                               f"parameter gives here (`python3 -m ops pin --image --stack <stack>`)")]
+    refusal = image_refusal(img)
+    return [Finding(where, refusal)] if refusal else []

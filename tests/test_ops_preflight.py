@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
@@ -17,13 +18,26 @@ CR = "cr-0123456789abcdef0"
 SUBNET = "subnet-0a1b2c3d4e5f60718"
 VPC = "vpc-0a1b2c3d4e5f60718"
 P = "gpu-cluster:cluster"
+AMI = "ami-0a1b2c3d4e5f60718"
+START, END = NOW - timedelta(days=1, minutes=30), NOW + timedelta(days=5, hours=23, minutes=30)  # 11:30 UTC
 
+# A deployable stack: block dates as EC2 gives them and a pinned image (`pulumi up`
+# refuses anything less, and so does preflight: model/deploy.py).
 STACK = {
     "name": "dev", "instance_type": "p5.48xlarge",
     "network": {"availability_zone": "us-east-2b", "subnet_id": SUBNET},
     "capacity": {"nodes": 2, "capacity_blocks": [
-        {"name": "a", "reservation_id": CR, "instance_count": 2, "availability_zone": "us-east-2b"}]},
+        {"name": "a", "reservation_id": CR, "instance_count": 2, "availability_zone": "us-east-2b",
+         "start": "2026-11-30T11:30:00Z", "end": "2026-12-07T11:30:00Z"}]},
+    "image": {"ami_id": AMI},
 }
+IMAGE = {"ImageId": AMI, "Name": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) 20261120",
+         "Architecture": "x86_64", "CreationDate": "2026-11-20T08:15:00.000Z"}
+
+
+def block(**kw):
+    """The stack's block as EC2 describes it (dates as declared)."""
+    return reservation(**{"start": START, "end": END, **kw})
 
 
 def write_stack(tmp_path: Path, cluster: dict | None = None, region: str = "us-east-2") -> Path:
@@ -34,14 +48,14 @@ def write_stack(tmp_path: Path, cluster: dict | None = None, region: str = "us-e
 
 def stub_account(aws: Aws, *, blocks=None, zones=("us-east-2a", "us-east-2b", "us-east-2c"), subnet_az="us-east-2b",
                  routes=None, main_table=False, dns=True, lt=None, asgs=None, quota=384.0, quota_error=None,
-                 block_error=None, subnet_missing=False):
+                 block_error=None, subnet_missing=False, image=IMAGE):
     ec2, asg, sq = aws.stub("ec2"), aws.stub("autoscaling"), aws.stub("service-quotas")
     if block_error:
         ec2.add_client_error("describe_capacity_reservations", block_error[0], block_error[1],
                              expected_params={"CapacityReservationIds": [CR]})
     else:
         ec2.add_response("describe_capacity_reservations",
-                         {"CapacityReservations": blocks if blocks is not None else [reservation()]},
+                         {"CapacityReservations": blocks if blocks is not None else [block()]},
                          {"CapacityReservationIds": [CR]})
     ec2.add_response("describe_availability_zones",
                      {"AvailabilityZones": [{"ZoneName": z, "State": "available", "RegionName": "us-east-2"} for z in zones]},
@@ -82,6 +96,10 @@ def stub_account(aws: Aws, *, blocks=None, zones=("us-east-2a", "us-east-2b", "u
         sq.add_response("get_service_quota", {"Quota": {"QuotaCode": "L-417A185B", "ServiceCode": "ec2",
                                                         "QuotaName": "Running On-Demand P instances", "Value": quota}},
                         {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+    # The pinned AMI, read after the account facts (the same ec2 client: order matters);
+    # image=None: no image pinned, so no call.
+    if image is not None:
+        ec2.add_response("describe_images", {"Images": [image]}, {"ImageIds": [AMI], "IncludeDeprecated": True})
 
 
 def run(aws: Aws, root: Path, *extra: str) -> tuple[int, list[str], str]:
@@ -114,7 +132,11 @@ def test_every_bad_block_fact_at_once(tmp_path):
         f"{P}.capacity.capacity_blocks[0].availability_zone: block {CR} is in us-east-2a, not us-east-2b; set it to "
         "us-east-2a (and network.availability_zone with a subnet there)",
         f"{P}.capacity.capacity_blocks[0].instance_count: block {CR} holds 4 instances, not 2; set instance_count: 4",
-        "preflight dev (us-east-2): 4 problem(s), 0 warning(s)",
+        f"{P}.capacity.capacity_blocks[0].start: block {CR} starts at 2026-12-01T00:00:00Z, not 2026-11-30T11:30:00Z; "
+        "set start: '2026-12-01T00:00:00Z'",
+        f"{P}.capacity.capacity_blocks[0].end: block {CR} ends at 2026-12-01T11:30:00Z, not 2026-12-07T11:30:00Z; "
+        "set end: '2026-12-01T11:30:00Z'",
+        "preflight dev (us-east-2): 6 problem(s), 0 warning(s)",
     ]
 
 
@@ -206,7 +228,7 @@ def test_quota_too_low_warns_for_blocks(tmp_path):
 
 def test_json_output(tmp_path):
     aws = Aws()
-    stub_account(aws, blocks=[reservation(state="cancelled")])
+    stub_account(aws, blocks=[block(state="cancelled")])
     rc, lines, _ = run(aws, write_stack(tmp_path), "--json")
     doc = json.loads("\n".join(lines))
     assert rc == 2 and doc["ok"] is False and doc["region"] == "us-east-2"

@@ -1,0 +1,87 @@
+"""The node image: resolve the DLAMI parameter to an AMI id, describe it, judge it.
+
+Shared by `pin --image` (what to pin) and `preflight` (is the pinned id usable here).
+The rule is the program's own: an Ubuntu 22.04 image is refused because its Slurm 21.08
+has no dynamic nodes (`slurmd -Z` came in 22.05), the same regex `model/config.py`
+applies to the SSM parameter and the program applies to the pinned AMI's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from model.config import UNSUPPORTED_UBUNTU
+from ops.aws import OpsError, call, error_code
+
+# Every catalog instance type (p4d, p4de, p5, p5e, p5en, p6-b200) has x86_64 CPUs;
+# an arm64 image does not boot on them.
+ARCHITECTURE = "x86_64"
+
+# The README's check: FSx's Lustre client repository builds a module per kernel, and
+# trails new kernels; a node whose kernel has none cannot mount /fsx [FSX-CLIENT].
+LUSTRE_CHECK = 'uname -r; apt-cache policy "lustre-client-modules-$(uname -r)"'
+
+
+@dataclass(frozen=True)
+class Image:
+    ami_id: str
+    name: str
+    description: str
+    creation_date: str
+    architecture: str
+    deprecation_time: str | None = None
+
+
+def resolve_parameter(ssm: Any, parameter: str) -> str:
+    """The AMI id the public SSM parameter names today."""
+    reply = call(ssm, "get_parameter", f"reading SSM parameter {parameter}", Name=parameter)
+    value = str(reply["Parameter"]["Value"])
+    if not value.startswith("ami-"):
+        raise OpsError(
+            f"SSM parameter {parameter} holds {value!r}, not an AMI id; set image.ssm_parameter to a "
+            "parameter that names an AMI"
+        )
+    return value
+
+
+def describe_image(ec2: Any, ami_id: str) -> Image | None:
+    """The image, or None when EC2 does not know it in this region. Deprecated images
+    still launch by id, so they are included."""
+    try:
+        images = call(ec2, "describe_images", f"describing image {ami_id}", ImageIds=[ami_id], IncludeDeprecated=True)[
+            "Images"
+        ]
+    except OpsError as err:
+        # EC2 answers an unknown id with an error, not an empty list.
+        if isinstance(err.__cause__, ClientError) and error_code(err.__cause__) == "InvalidAMIID.NotFound":
+            return None
+        raise
+    if not images:
+        return None
+    img = images[0]
+    return Image(
+        ami_id=img["ImageId"],
+        name=img.get("Name", ""),
+        description=img.get("Description", ""),
+        creation_date=img.get("CreationDate", ""),
+        architecture=img.get("Architecture", ""),
+        deprecation_time=img.get("DeprecationTime"),
+    )
+
+
+def image_refusal(img: Image) -> str | None:
+    """Why the program would refuse this image, or None."""
+    if UNSUPPORTED_UBUNTU.search(img.name) or UNSUPPORTED_UBUNTU.search(img.description):
+        return (
+            f"{img.ami_id} is '{img.name}', an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes "
+            "(slurmd -Z came in 22.05); pin an Ubuntu 24.04 DLAMI"
+        )
+    if img.architecture and img.architecture != ARCHITECTURE:
+        return (
+            f"{img.ami_id} is '{img.name}', an {img.architecture} image; the GPU instance types are "
+            f"{ARCHITECTURE}: pin an {ARCHITECTURE} DLAMI"
+        )
+    return None
