@@ -20,9 +20,9 @@ from datetime import datetime
 import pulumi
 import pulumi_aws as aws
 
-from model.config import ROOT, UNSUPPORTED_UBUNTU, ClusterConfig, ConfigError
+from model.config import ROOT, ClusterConfig, ConfigError
 from model.deploy import deploy_problems
-from model.preflight import BlockFacts, PreflightFacts, SubnetFacts, check_blocks, check_network
+from model.preflight import BlockFacts, PreflightFacts, SubnetFacts, check_blocks, check_network, image_refusal
 
 DEFAULT_ROUTE = "0.0.0.0/0"
 # Route targets in the order a 0.0.0.0/0 route can name them (one is set).
@@ -82,10 +82,8 @@ def image_problems(ami_id: str, region: str) -> list[tuple[str, str]]:
     except Exception as err:  # noqa: BLE001
         return [(path, f"could not find {ami_id} in {region}: {_why(err)}; AMI ids are per region: pin the id "
                        "the DLAMI parameter gives in this region")]
-    if UNSUPPORTED_UBUNTU.search(ami.name or "") or UNSUPPORTED_UBUNTU.search(ami.description or ""):
-        return [(path, f"{ami_id} is '{ami.name}', an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes "
-                       "(slurmd -Z came in 22.05); pin an Ubuntu 24.04 DLAMI")]
-    return []
+    why = image_refusal(ami_id, ami.name or "", ami.description or "", ami.architecture or "")
+    return [(path, why)] if why else []
 
 
 def gather(cfg: ClusterConfig, region: str, now: datetime) -> PreflightFacts:

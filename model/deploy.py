@@ -23,9 +23,9 @@ def image_problems(cfg: ClusterConfig, region: str) -> list[tuple[str, str]]:
         return []
     return [(f"{ROOT}.image.ami_id",
              "required to deploy: pin the image so every node, including replacements, boots the same kernel; "
-             f"print the current id with `aws ssm get-parameter --region {region} --name {img.ssm_parameter} "
-             "--query Parameter.Value --output text` and set image.ami_id to it (or set image.allow_unpinned: true "
-             "to boot whatever the parameter names at each launch)")]
+             f"`python3 -m ops pin --stack <stack> --image` resolves {img.ssm_parameter} in {region} and prints "
+             "the image.ami_id line (or set image.allow_unpinned: true to boot whatever the parameter names at "
+             "each launch)")]
 
 
 def deploy_problems(cfg: ClusterConfig, now: datetime, region: str) -> list[tuple[str, str]]:

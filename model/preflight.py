@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
-from model.config import ROOT, ClusterConfig
+from model.config import ROOT, UNSUPPORTED_UBUNTU, ClusterConfig
 from model.tags import CLUSTER as CLUSTER_TAG
 
 # Capacity Block states a cluster can launch into now or later. The others
@@ -269,3 +269,19 @@ def preflight_findings(cfg: ClusterConfig, facts: PreflightFacts) -> list[Findin
 
 def errors(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error"]
+
+
+# Every catalog instance type is x86_64.
+IMAGE_ARCHITECTURE = "x86_64"
+
+
+def image_refusal(ami_id: str, name: str, description: str = "", architecture: str = "") -> str | None:
+    """Why a pinned AMI cannot boot a node, or None. One rule for the program's preflight
+    (provider lookup) and `ops pin`/`ops preflight` (DescribeImages)."""
+    if UNSUPPORTED_UBUNTU.search(name) or UNSUPPORTED_UBUNTU.search(description):
+        return (f"{ami_id} is '{name}', an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes "
+                "(slurmd -Z came in 22.05); pin an Ubuntu 24.04 DLAMI")
+    if architecture and architecture != IMAGE_ARCHITECTURE:
+        return (f"{ami_id} is '{name}', an {architecture} image; the GPU instance types are "
+                f"{IMAGE_ARCHITECTURE}: pin an {IMAGE_ARCHITECTURE} DLAMI")
+    return None

@@ -13,12 +13,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from model.config import UNSUPPORTED_UBUNTU
+from model import preflight
 from ops.aws import OpsError, call, error_code
 
 # Every catalog instance type (p4d, p4de, p5, p5e, p5en, p6-b200) has x86_64 CPUs;
 # an arm64 image does not boot on them.
-ARCHITECTURE = "x86_64"
 
 # The README's check: FSx's Lustre client repository builds a module per kernel, and
 # trails new kernels; a node whose kernel has none cannot mount /fsx [FSX-CLIENT].
@@ -74,14 +73,4 @@ def describe_image(ec2: Any, ami_id: str) -> Image | None:
 
 def image_refusal(img: Image) -> str | None:
     """Why the program would refuse this image, or None."""
-    if UNSUPPORTED_UBUNTU.search(img.name) or UNSUPPORTED_UBUNTU.search(img.description):
-        return (
-            f"{img.ami_id} is '{img.name}', an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes "
-            "(slurmd -Z came in 22.05); pin an Ubuntu 24.04 DLAMI"
-        )
-    if img.architecture and img.architecture != ARCHITECTURE:
-        return (
-            f"{img.ami_id} is '{img.name}', an {img.architecture} image; the GPU instance types are "
-            f"{ARCHITECTURE}: pin an {ARCHITECTURE} DLAMI"
-        )
-    return None
+    return preflight.image_refusal(img.ami_id, img.name, img.description, img.architecture)

@@ -182,10 +182,10 @@ def test_unpinned_image_is_refused_with_the_command_that_prints_the_id():
     (line,) = refusal(raw)
     assert line == (
         f"{R}.image.ami_id: required to deploy: pin the image so every node, including replacements, boots the "
-        "same kernel; print the current id with `aws ssm get-parameter --region us-east-2 --name "
-        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id --query "
-        "Parameter.Value --output text` and set image.ami_id to it (or set image.allow_unpinned: true to boot "
-        "whatever the parameter names at each launch)")
+        "same kernel; `python3 -m ops pin --stack <stack> --image` resolves "
+        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id in us-east-2 "
+        "and prints the image.ami_id line (or set image.allow_unpinned: true to boot whatever the parameter names "
+        "at each launch)")
     raw["image"] = {"allow_unpinned": True}
     lt = run_program(raw).inputs("aws:ec2/launchTemplate:LaunchTemplate", "t1-lt")
     assert lt["imageId"] == ("resolve:ssm:/aws/service/deeplearning/ami/x86_64/"

@@ -461,9 +461,9 @@ def test_preflight_refuses_what_pulumi_up_refuses(tmp_path):
         "stop at 2026-12-07T10:50:00Z (capacity.block_end_margin_minutes 40), which is past at 2026-12-07T11:00:00Z; "
         "move to the next block: replace this entry with the new block (README, moving to the next block)",
         f"{P}.image.ami_id: required to deploy: pin the image so every node, including replacements, boots the same "
-        "kernel; print the current id with `aws ssm get-parameter --region us-east-2 --name "
-        f"{DLAMI_SSM_PARAMETER} --query Parameter.Value --output text` and set image.ami_id to it (or set "
-        "image.allow_unpinned: true to boot whatever the parameter names at each launch)",
+        f"kernel; `python3 -m ops pin --stack <stack> --image` resolves {DLAMI_SSM_PARAMETER} in us-east-2 and "
+        "prints the image.ami_id line (or set image.allow_unpinned: true to boot whatever the parameter names at "
+        "each launch)",
         f"{P}.fsx.deployment_type: the file system was created with deployment_type 'PERSISTENT_1' (fsx.pinned) and "
         "this config gives 'PERSISTENT_2'; FSx cannot change that in place, so `pulumi up` would replace the file "
         "system and lose /fsx (Slurm state, checkpoints, baselines). Revert the edit; or take a backup, set "
