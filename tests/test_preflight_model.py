@@ -104,3 +104,14 @@ def test_declared_dates_must_match_the_block():
     f = facts(blocks={CR: good_block(start=NOW.replace(day=3, hour=11, minute=30), end=NOW.replace(day=9, hour=11, minute=30))})
     assert lines(raw, f) == [f"{P}.capacity.capacity_blocks[0].end: block {CR} ends at 2026-12-09T11:30:00Z, not "
                              "2026-12-10T11:30:00Z; set end: '2026-12-09T11:30:00Z'"]
+
+
+def test_image_refusal_one_rule_for_program_and_ops():
+    from model.preflight import image_refusal
+
+    assert image_refusal("ami-1", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) 20261120",
+                         architecture="x86_64") is None
+    assert "Slurm 21.08 has no dynamic nodes" in image_refusal(
+        "ami-2", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261120")
+    assert image_refusal("ami-3", "dlami arm", architecture="arm64") == (
+        "ami-3 is 'dlami arm', an arm64 image; the GPU instance types are x86_64: pin an x86_64 DLAMI")
