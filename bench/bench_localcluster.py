@@ -1,15 +1,19 @@
-"""Local cluster bring-up benchmark: 2, 8 and 32 namespace nodes from the real user data.
+"""Local cluster bring-up benchmark: 2, 8 and 32 nodes from the real user data.
 
+Lanes: `bookworm`/`trixie` (whole machines: systemd-nspawn, systemd + cloud-init; the
+lane's root is built or found in the cache before the clock starts) or `namespace`.
 For each size: seconds from start until every node is idle in `sinfo`, how long
-creating the nodes took, memory used, per-node step times (median/max over nodes),
+creating the nodes took, memory used (host MemAvailable drop; on machine lanes also
+per machine: PSS of its processes and its IMDS stand-in), per-node step times (median/max over nodes),
 and each node's boot split into coordination waits (the boot's bounded polls: for
 the controller's key fingerprint, the key through the join path, controller.env,
 slurmctld, registration) and work. The controller's hand-off wait for all nodes to
 be idle is shown apart (it is the cluster's bring-up, not one node's).
 Each cluster is torn down before the next.
 
-Usage: python bench/bench_localcluster.py [--sizes 2,8,32] [--json out.json] [--verbose]
-(root; Debian's slurmctld, slurmd, slurm-client and munge installed).
+Usage: python bench/bench_localcluster.py [--lane bookworm|trixie|namespace] [--sizes 2,8,32]
+       [--json out.json] [--verbose]
+(root; the namespace lane needs Debian's slurmctld, slurmd, slurm-client and munge on the host).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from localcluster.cluster import LocalCluster, summary  # noqa: E402
+from localcluster.cluster import DEFAULT_LANE, LANES, LocalCluster, summary  # noqa: E402
 
 NAME = "bench"
 SUBNET = 2
@@ -36,16 +40,19 @@ def mem_available_mib() -> float:
     return 0.0
 
 
-def run_size(n: int, verbose: bool) -> dict:
+def run_size(n: int, verbose: bool, lane: str) -> dict:
     out = print if verbose else (lambda s="": None)
     LocalCluster(NAME, SUBNET, out=out).c.down()
-    lc = LocalCluster(NAME, SUBNET, out=out)
+    lc = LocalCluster(NAME, SUBNET, out=out, lane=lane)
+    if lc.machines:
+        lc.base_root()  # a cold root build is not part of the bring-up time
     before = mem_available_mib()
     try:
         t0 = time.monotonic()
         lc.up(n, timeout=900)
         to_idle = time.monotonic() - t0
         used = before - mem_available_mib()
+        per_machine = lc.memory()
         rows = summary(list(lc.watches.values()))
         failed = [h for h, w in lc.watches.items() if w.rc != 0]
         launch = lc.launch_seconds
@@ -60,7 +67,9 @@ def run_size(n: int, verbose: bool) -> dict:
             kinds.setdefault(kind, []).append(secs)
     med = lambda key: statistics.median(r[key] for r in rows.values())  # noqa: E731
     return {"nodes": n, "seconds_to_all_idle": round(to_idle, 1), "launch_seconds": round(launch, 1),
-            "memory_mib": round(used), "failed": failed,
+            "memory_mib": round(used), "failed": failed, "lane": lane,
+            "machine_pss_mib": _median([m["pss_mib"] for m in per_machine.values()]),
+            "imds_rss_mib": _median([m["imds_rss_mib"] for m in per_machine.values()]),
             "boot_median": med("boot"), "boot_max": max(r["boot"] for r in rows.values()),
             "wait_median": med("waits"), "work_median": med("work"),
             "wait_sum": sum(r["waits"] for r in rows.values()), "work_sum": sum(r["work"] for r in rows.values()),
@@ -69,7 +78,15 @@ def run_size(n: int, verbose: bool) -> dict:
             "waits": {k: (statistics.median(v), max(v), len(v)) for k, v in sorted(kinds.items())}}
 
 
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 1) if values else None
+
+
 def print_table(results: list[dict]) -> None:
+    for r in results:
+        if r["machine_pss_mib"] is not None:
+            print(f"{r['nodes']:>5} {r['lane']} machines: median {r['machine_pss_mib']} MiB per machine (PSS) "
+                  f"+ {r['imds_rss_mib']} MiB IMDS stand-in (RSS)")
     print("\nnodes  all idle  nodes made  memory   node boot med/max  waits med  work med  "
           "  waits/work (all nodes)  hand-off wait")
     for r in results:
@@ -99,13 +116,14 @@ def print_table(results: list[dict]) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="2,8,32")
+    p.add_argument("--lane", choices=LANES, default=DEFAULT_LANE)
     p.add_argument("--json")
     p.add_argument("--verbose", action="store_true", help="print each node's steps as they finish")
     a = p.parse_args()
     results = []
     for n in (int(x) for x in a.sizes.split(",")):
-        print(f"bringing up {n} nodes ...", flush=True)
-        results.append(run_size(n, a.verbose))
+        print(f"bringing up {n} nodes ({a.lane}) ...", flush=True)
+        results.append(run_size(n, a.verbose, a.lane))
         print(f"  {n} nodes: all idle after {results[-1]['seconds_to_all_idle']}s", flush=True)
     print_table(results)
     if a.json:

@@ -1,4 +1,4 @@
-"""`python -m localcluster up|down|status|replace`: the local cluster's commands."""
+"""`python -m localcluster up|down|status|replace|reboot|relaunch`: the local cluster's commands."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from localcluster.cluster import LocalCluster
+from localcluster.cluster import DEFAULT_LANE, LANES, LocalCluster
 
 
 def _root_check() -> None:
@@ -16,21 +16,29 @@ def _root_check() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m localcluster",
-                                description="A real Slurm cluster from gpu-cluster's user data, in namespaces")
+                                description="A real Slurm cluster from gpu-cluster's user data, on this machine")
     p.add_argument("--name", default="local", help="cluster name (and state directory); default 'local'")
     p.add_argument("--subnet", type=int, default=0, help="third octet of 10.77.X.0/24 (default 0)")
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="render the user data and boot N nodes")
     up.add_argument("--nodes", "-n", type=int, default=2)
+    up.add_argument("--lane", choices=LANES, default=DEFAULT_LANE,
+                    help="bookworm/trixie: systemd-nspawn machines booting with systemd and cloud-init "
+                         "(Debian 12/13 roots); namespace: fast direct-mode nodes (default %(default)s)")
     up.add_argument("--timeout", type=float, default=900, help="seconds for the whole bring-up")
     up.add_argument("--no-demo", action="store_true", help="skip sinfo/srun/sbatch/validation output")
     sub.add_parser("down", help="remove every process, namespace, link, mount and directory")
     sub.add_parser("status", help="nodes, their boot status and sinfo")
     rp = sub.add_parser("replace", help="destroy NODE and boot a fresh node from the same user data")
     rp.add_argument("node")
+    rb = sub.add_parser("reboot", help="reboot NODE (machine lanes): systemctl reboot inside, or --hard")
+    rb.add_argument("node")
+    rb.add_argument("--hard", action="store_true", help="pull the plug and boot again instead")
+    sub.add_parser("relaunch", help="destroy every machine and boot new ones against the kept /fsx")
     a = p.parse_args(argv)
     _root_check()
-    lc = LocalCluster(a.name, a.subnet, out=lambda s="": print(s, flush=True))
+    lc = LocalCluster(a.name, a.subnet, out=lambda s="": print(s, flush=True),
+                      lane=getattr(a, "lane", None))
     if a.cmd == "up":
         if lc.c.nodes:
             raise SystemExit(f"local cluster '{a.name}' is already up; run `python -m localcluster down` first")
@@ -40,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bring-up failed: {e}", file=sys.stderr)
             return 1
         print(f"\nall {a.nodes} nodes idle in sinfo {secs:.1f}s after start")
+        if lc.machines:
+            for host, m in lc.memory().items():
+                print(f"  {host}: memory {m['pss_mib']:.0f} MiB (PSS of its processes), "
+                      f"{m.get('usage_mib', 0):.0f} MiB charged to its cgroup; IMDS stand-in {m['imds_rss_mib']:.0f} MiB RSS")
+            cold = (f"cold: root built in {lc.root_seconds:.0f}s + nodes idle in {secs:.0f}s" if lc.root_built
+                    else f"warm (root cached, {lc.root_seconds:.1f}s): nodes idle in {secs:.1f}s")
+            print(f"timing, lane {lc.lane}: {cold}")
         if not a.no_demo:
             lc.show()
         print("\nremove it with: make local-cluster-down")
@@ -49,6 +64,24 @@ def main(argv: list[str] | None = None) -> int:
               else f"local cluster '{a.name}': nothing to remove")
     elif a.cmd == "status":
         lc.status()
+    elif a.cmd == "reboot":
+        w = lc.reboot(a.node, hard=a.hard)
+        if w.rc != 0:
+            print(f"{a.node}: boot after reboot failed (exit {w.rc})", file=sys.stderr)
+            return 1
+        lc.wait_idle(len(lc.c.nodes))
+        print(f"{a.node}: back and idle")
+        lc.show_srun()
+    elif a.cmd == "relaunch":
+        if not lc.c.nodes:
+            raise SystemExit(f"local cluster '{a.name}' is not up")
+        try:
+            secs = lc.relaunch()
+        except (TimeoutError, RuntimeError) as e:
+            print(f"relaunch failed: {e}", file=sys.stderr)
+            return 1
+        print(f"\nall {len(lc.c.nodes)} new nodes idle in sinfo {secs:.1f}s after the relaunch started")
+        lc.show_srun()
     elif a.cmd == "replace":
         w = lc.replace(a.node)
         if w.rc != 0:

@@ -2,14 +2,21 @@
 
 The user data is rendered once per cluster and kept (`user-data.bin` in the state
 directory) so a replacement node boots from exactly the same bytes as the first ones.
-Each node gets the files cloud-init would write from it, plus the one file the
-contract allows a local node to have: /etc/gpu-cluster/overrides.env with the three
-swaps. Nothing in the rendered scripts is edited.
+Two kinds of lanes:
+- machine lanes (`bookworm`, `trixie`; machine.py): each node is a whole machine with
+  systemd as PID 1; cloud-init in it reads those exact bytes from a NoCloud seed and
+  runs them; systemd runs the units the boot enables;
+- the `namespace` lane (nodes.py): each node gets the files cloud-init would write,
+  and the boot runs in "direct" mode without systemd (fast; for quick checks).
+Besides the user data a node gets the one file the contract allows a local node to
+have: /etc/gpu-cluster/overrides.env with the documented swaps. Nothing in the
+rendered scripts is edited.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -19,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster import profile
-from model import tags as node_tags
+from localcluster import machine, profile
 from localcluster.nodes import IMDS_PORT, Cluster, Node
+from model import tags as node_tags
 
 ENTRY_POINT = "/opt/gpu-cluster/bin/gpu-cluster-boot"
 SCRIPTS_DIR = "/var/lib/cloud/instance/scripts"  # where cloud-init keeps x-shellscript parts
@@ -32,6 +39,17 @@ OVERRIDES = {
     "GPU_CLUSTER_SERVICE_MANAGER": "direct",
     "GPU_CLUSTER_PACKAGES": "preinstalled",
 }
+# Machine lanes: systemd stays the service manager (the default, so not written), and the
+# units step 85 enables are what systemd runs. The host adds only the metadata address to
+# the overrides.env baked into the lane's root (its pins: SLURM_SERIES, ENROOT_VERSION, the
+# mirror URLs, GPU_CLUSTER_FSX=bind), so step 20 checks exact versions as on a baked AMI.
+MACHINE_OVERRIDES = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IMDS_PORT}"}
+# A root without baked pins (a hand-made one, GPU_CLUSTER_LOCAL_ROOT) has Debian's Slurm,
+# not the series step 20 would install, and no route to an archive: verify binaries only.
+UNBAKED_OVERRIDES = {"GPU_CLUSTER_PACKAGES": "preinstalled"}
+LANES = ("bookworm", "trixie", "namespace")
+DEFAULT_LANE = "bookworm"
+TEST_IMAGE = "images/test.sqsh"  # under /fsx: the container job's image
 BOOT_LOG = "/var/log/gpu-cluster/boot.log"
 LAUNCH_PARALLEL = 4
 STATUS = "/var/lib/gpu-cluster/status"
@@ -64,16 +82,50 @@ class BootWatch:
     skipped_in: dict = field(default_factory=dict)
     rc: int | None = None
     finished: float | None = None
+    since: float = 0.0      # machines: a status file older than this is a previous boot's
+    checked: float = 0.0    # machines: when cloud-init's result was last looked at
 
 
 class LocalCluster:
-    def __init__(self, name: str = "local", subnet: int = 0, out=print):
+    def __init__(self, name: str = "local", subnet: int = 0, out=print, lane: str | None = None):
         self.c = Cluster(name, subnet)
         self.name = name
         self.out = out
+        if lane is not None and lane not in LANES:
+            raise ValueError(f"lane '{lane}': use one of {', '.join(LANES)}")
+        # A running cluster keeps its lane. The library's default stays the namespace lane
+        # (callers that predate the machine lanes); the command line defaults to DEFAULT_LANE.
+        self.lane = self.c.lane or lane or "namespace"
         self.watches: dict[str, BootWatch] = {}
         self.seen_skips: set[tuple[str, str]] = set()
         self.launch_seconds = 0.0
+        self.root_seconds = 0.0
+        self.root_built = False  # this run built the lane's root (a cold start)
+        self._base: Path | None = None
+
+    @property
+    def machines(self) -> bool:
+        return self.lane != "namespace"
+
+    def base_root(self) -> Path:
+        """The lane's baked root (images.py builds and caches it; GPU_CLUSTER_LOCAL_ROOT overrides)."""
+        if self._base is None and self.c.base and Path(self.c.base).is_dir():
+            self._base = Path(self.c.base)  # a running cluster's nodes all boot the same root
+        if self._base is None:
+            t0 = time.monotonic()
+            given = os.environ.get("GPU_CLUSTER_LOCAL_ROOT")
+            if given:
+                self._base = Path(given)
+            else:
+                from localcluster import images
+                cached = set(images.CACHE_ROOT.glob("roots/*"))
+                self._base = Path(images.build_root(self.lane))
+                self.root_built = self._base not in cached
+            self.root_seconds = time.monotonic() - t0
+            if not any((self._base / p).exists() for p in ("usr/lib/systemd/systemd", "lib/systemd/systemd")):
+                raise RuntimeError(f"{self._base}: not a root with systemd (lane {self.lane})")
+            self.c.base = str(self._base)
+        return self._base
 
     # ---- user data -----------------------------------------------------------------
     @property
@@ -120,6 +172,8 @@ class LocalCluster:
         to_write[OVERRIDES_PATH] = (overrides_env(), 0o644, "root:root")
         to_write.update(extra or {})
         tags = node_tags.identity_tags(self.name, role, expected or self.expected_nodes(), node_tags.ON_DEMAND)
+        if self.machines:
+            return self._launch_machine(role, tags, fsx=fsx, extra=extra or {})
         node = self.c.create_node(role, to_write, fsx=fsx, tags=tags, az=profile.AZ)
         proc = self.c.start_boot(node, boot_command(runcmd, len(scripts)))
         w = BootWatch(node, proc)
@@ -127,21 +181,56 @@ class LocalCluster:
             self.watches[node.hostname] = w
         return w
 
+    def _host_limits(self, machines: int) -> None:
+        said = machine.ensure_inotify(machines)
+        if said:
+            self.out(f"host: {said}")
+
+    def _launch_machine(self, role: str, tags: dict[str, str], *, fsx: bool,
+                        extra: dict[str, tuple[bytes, int, str]]) -> BootWatch:
+        self._host_limits(len(self.c.nodes) + 1)
+        ro = [str(self.payload_dir)] if self.payload_dir.is_dir() else []
+        base = self.base_root()
+        baked = "SLURM_SERIES" in machine.read_env(base / machine.OVERRIDES)
+        node = self.c.create_machine(role, lane=self.lane, base=base,
+                                     user_data=self.user_data_file.read_bytes(),
+                                     swaps={**MACHINE_OVERRIDES, **({} if baked else UNBAKED_OVERRIDES)},
+                                     files=extra, fsx=fsx, tags=tags, az=profile.AZ, ro_binds=ro)
+        w = BootWatch(node, None)
+        with self.c.lock:
+            self.watches[node.hostname] = w
+        return w
+
     def up(self, n: int, *, timeout: float = 600) -> float:
         if n < 2:
             raise SystemExit("a local cluster needs at least 2 nodes (a controller and a worker)")
+        if self.machines:  # the root is built (or found in the cache) before the clock starts
+            base = self.base_root()
+            how = "built" if self.root_built else "cached"
+            self.out(f"lane {self.lane}: root {base} ({how}) ready in {self.root_seconds:.1f}s")
         t0 = time.monotonic()
+        self.c.lane = self.lane
         self.render(n)
-        self.out(f"starting {n} nodes: network namespaces on 10.77.{self.c.subnet}.0/24, "
+        kind = (f"systemd-nspawn machines ({self.lane}, systemd + cloud-init, NoCloud seed)" if self.machines
+                else "network namespaces (direct mode)")
+        self.out(f"starting {n} nodes: {kind} on 10.77.{self.c.subnet}.0/24, "
                  f"IMDS stand-in on 127.0.0.1:{IMDS_PORT} in each, shared /fsx")
+        self._launch_all(n)
+        self.launch_seconds = time.monotonic() - t0
+        self.out(f"{n} nodes started in {self.launch_seconds:.1f}s; booting:")
+        return self._finish_bring_up(t0, timeout)
+
+    def _launch_all(self, n: int) -> None:
+        if self.machines:
+            self._host_limits(n + len(self.c.nodes))
         self.launch("controller", expected=n)
         # Workers launch a few at a time, like an Auto Scaling group filling up; each
         # starts booting as soon as its namespaces exist.
         with ThreadPoolExecutor(max_workers=LAUNCH_PARALLEL) as pool:
             for f in [pool.submit(self.launch, "worker", expected=n) for _ in range(n - 1)]:
                 f.result()
-        self.launch_seconds = time.monotonic() - t0
-        self.out(f"{n} nodes started in {self.launch_seconds:.1f}s; booting:")
+
+    def _finish_bring_up(self, t0: float, timeout: float) -> float:
         self.watch(timeout=timeout)
         failed = [w for w in self.watches.values() if w.rc != 0]
         if failed:
@@ -149,9 +238,74 @@ class LocalCluster:
                 self.out(f"{w.node.hostname}: boot FAILED (exit {w.rc}); last log lines:")
                 for line in self.log_tail(w.node, 15):
                     self.out(f"    {line}")
-            raise SystemExit(1)
+            raise RuntimeError("boot failed on " + ", ".join(f"{w.node.hostname} (exit {w.rc})" for w in failed))
         self.wait_idle(len(self.c.nodes), timeout=max(30.0, timeout - (time.monotonic() - t0)))
         return time.monotonic() - t0
+
+    # ---- machine lifecycle ---------------------------------------------------------------
+    def reboot(self, hostname: str, *, hard: bool = False, timeout: float = 300) -> BootWatch:
+        """Reboot a machine: `systemctl reboot` inside, or (hard) power off and boot again.
+
+        Either way the root is kept and the instance id too: cloud-init runs only the
+        per-boot script, which runs gpu-cluster-boot again. Returns once its boot ended.
+        """
+        node = self._machine(hostname)
+        log = node.upper(BOOT_LOG)
+        w = BootWatch(node, None, offset=log.stat().st_size if log.exists() else 0, since=time.time())
+        if hard:
+            self.out(f"{hostname}: power off (pulled plug) and boot again")
+            self.c.power_off(node)
+            self.c.power_on(node)
+        else:
+            self.out(f"{hostname}: systemctl reboot")
+            self.c.run(node, ["systemctl", "reboot"], timeout=30)
+        with self.c.lock:
+            self.watches[hostname] = w
+        self.watch([w], timeout=timeout)
+        return w
+
+    def relaunch(self, *, timeout: float = 600) -> float:
+        """Destroy every machine, then launch new ones (new ids) against the kept /fsx.
+
+        Like a whole cluster replaced at once (the next Capacity Block): the user data
+        and /fsx survive, nothing else does. Old node names are removed from Slurm once
+        every new node booted. Returns seconds until every new node is idle.
+        """
+        n = self.expected_nodes()
+        old = sorted(self.c.nodes)
+        if self.machines:
+            self.base_root()  # the same root as before; found before anything is destroyed
+        t0 = time.monotonic()
+        for hostname in old:
+            self.out(f"destroying {hostname}")
+            self.c.kill_node(self.c.nodes[hostname])
+        self.watches.clear()
+        self.c.lane = self.lane
+        self._launch_all(n)
+        self.launch_seconds = time.monotonic() - t0
+        self.out(f"{n} new nodes started in {self.launch_seconds:.1f}s; booting:")
+        secs = self._finish_bring_up(t0, timeout)  # reports failures, waits for idle
+        for hostname in old:
+            self.forget_node(hostname)
+        return secs
+
+    def memory(self) -> dict[str, dict[str, float]]:
+        """Per machine: MiB in its memory cgroup (all, anonymous) plus its IMDS stand-in's RSS."""
+        out = {}
+        for node in sorted(self.c.nodes.values(), key=lambda n: n.serial):
+            m = machine.memory(node.cgroups) if node.is_machine else {}
+            if m:
+                m["imds_rss_mib"] = machine.rss_mib(node.imds_pid)
+                out[node.hostname] = m
+        return out
+
+    def _machine(self, hostname: str) -> Node:
+        node = self.c.nodes.get(hostname)
+        if node is None:
+            raise SystemExit(f"no node {hostname} in local cluster '{self.name}'")
+        if not node.is_machine:
+            raise SystemExit(f"{hostname} is a namespace node; reboot needs a machine lane")
+        return node
 
     # ---- watching ------------------------------------------------------------------
     def log_tail(self, node: Node, n: int) -> list[str]:
@@ -175,6 +329,41 @@ class LocalCluster:
         if w.proc is not None and w.rc is None and w.proc.poll() is not None:
             w.rc = w.proc.returncode
             w.finished = time.time()
+        if w.proc is None and w.rc is None and w.node.is_machine:
+            self._poll_machine(w)
+
+    def _poll_machine(self, w: BootWatch) -> None:
+        """A machine's boot ended when its status says ok/failed (this boot's), or when
+        cloud-init finished without our boot saying so (e.g. the payload fetch failed)."""
+        state = self._fresh_state(w)
+        if state in ("ok", "failed"):
+            w.rc = 0 if state == "ok" else 1
+            w.finished = time.time()
+            return
+        now = time.monotonic()
+        if now - w.checked < 2:
+            return
+        w.checked = now
+        pid = w.node.leader()
+        result = machine.state_file(pid, "/run/cloud-init/result.json") if pid else None
+        try:
+            done = result is not None and result.stat().st_mtime >= w.since
+        except OSError:
+            done = False
+        if done:
+            state = self._fresh_state(w)  # written before cloud-init's result
+            w.rc = 0 if state == "ok" else (1 if state == "failed" else 2)
+            w.finished = time.time()
+
+    @staticmethod
+    def _fresh_state(w: BootWatch) -> str | None:
+        st = w.node.upper(STATUS)
+        try:
+            if st.stat().st_mtime < w.since:
+                return None
+            return json.loads(st.read_text()).get("state")
+        except (OSError, ValueError):
+            return None
 
     def _line(self, w: BootWatch, raw: str) -> None:
         m = STEP_LINE.match(raw)
@@ -222,7 +411,10 @@ class LocalCluster:
         return self.c.run(self.c.controller(), list(argv), timeout=timeout, check=check)
 
     def node_states(self) -> dict[str, str]:
-        r = self.ctl("sinfo", "-h", "-N", "-o", "%N %t")
+        try:
+            r = self.ctl("sinfo", "-h", "-N", "-o", "%N %t")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return {}  # the controller machine is (re)booting: nothing is idle yet
         states = {}
         for line in r.stdout.splitlines():
             parts = line.split()
@@ -252,8 +444,61 @@ class LocalCluster:
         self.show_srun()
         self.out("\n$ sbatch (job output below)")
         self.out(self.sbatch_demo(n).rstrip())
+        if self.machines:
+            self.out("")
+            self.show_container()
+            self.out("\n$ per machine: cloud-init status, systemd state, our units")
+            for line in self.machine_report():
+                self.out(line)
         self.out("\n$ first-boot validation report (job submitted by the controller's 95-handoff step)")
         self.out(self.validation_report())
+
+    # ---- machine lanes: what systemd and cloud-init say, and a container job ------------
+    def units(self, node: Node) -> list[str]:
+        """The units step 85 enables on this node's role."""
+        return ["munge", "gpu-cluster-munge-responder", "slurmd"] + (["slurmctld"] if node.role == "controller" else [])
+
+    def machine_state(self, node: Node) -> dict:
+        """cloud-init's status, systemd's overall state and each of our units', inside the machine."""
+        ci = self.c.run(node, ["cloud-init", "status"], timeout=30).stdout
+        m = re.search(r"status: (\S+)", ci)
+        system = self.c.run(node, ["systemctl", "is-system-running"], timeout=30).stdout.strip()
+        units = self.units(node)
+        active = self.c.run(node, ["systemctl", "is-active", *units], timeout=30).stdout.split()
+        return {"cloud_init": m.group(1) if m else ci.strip(), "systemd": system,
+                "units": dict(zip(units, active, strict=False))}
+
+    def machine_report(self) -> list[str]:
+        lines = []
+        for node in sorted(self.c.nodes.values(), key=lambda n: n.serial):
+            st = self.machine_state(node)
+            units = " ".join(f"{u}={a}" for u, a in st["units"].items())
+            lines.append(f"  {node.hostname:<15} cloud-init {st['cloud_init']:<6} systemd {st['systemd']:<9} {units}")
+        return lines
+
+    def test_image(self) -> Path:
+        """/fsx/images/test.sqsh (host path), built from the lane's root once per cluster."""
+        from localcluster import testimage
+        return testimage.build(self.base_root(), self.c.fsx_dir / TEST_IMAGE)
+
+    def container_srun(self, timeout: float = 240) -> subprocess.CompletedProcess:
+        n = len(self.c.nodes)
+        self.test_image()
+        script = ('echo "$(cat /proc/sys/kernel/hostname): $(. /etc/os-release; echo "$PRETTY_NAME"); '
+                  '/fsx mounted: $([ -f /fsx/' + TEST_IMAGE + ' ] && echo yes || echo no)"')
+        return self.ctl("srun", f"-N{n}", "--time=5", f"--container-image=/fsx/{TEST_IMAGE}",
+                        "--container-mounts=/fsx:/fsx", "bash", "-c", script, timeout=timeout)
+
+    def show_container(self) -> None:
+        n = len(self.c.nodes)
+        self.out(f"$ srun -N{n} --container-image=/fsx/{TEST_IMAGE} --container-mounts=/fsx:/fsx bash -c '...'")
+        if "--container-image" not in self.ctl("srun", "--help").stdout:
+            self.out("(skipped: Pyxis is not loaded on this lane's root; srun has no --container-image)")
+            return
+        t0 = time.monotonic()
+        r = self.container_srun()
+        self.out("\n".join(sorted((r.stdout + r.stderr).rstrip().splitlines())))
+        self.out(f"(exit {r.returncode}, {time.monotonic() - t0:.1f}s)")
 
     def show_srun(self) -> None:
         n = len(self.c.nodes)
@@ -351,7 +596,7 @@ class LocalCluster:
         if not self.c.nodes:
             self.out(f"local cluster '{self.name}': not running")
             return
-        self.out(f"local cluster '{self.name}': {len(self.c.nodes)} nodes, state in {self.c.root}")
+        self.out(f"local cluster '{self.name}': {len(self.c.nodes)} nodes, lane {self.lane}, state in {self.c.root}")
         for node in self.c.nodes.values():
             status = "-"
             st = node.upper(STATUS)
@@ -361,7 +606,7 @@ class LocalCluster:
                     status = f"{j.get('step')} {j.get('state')}: {j.get('reason')}"
                 except ValueError:
                     status = st.read_text().strip()[:200]
-            alive = Path(f"/proc/{node.init_pid}").exists()
+            alive = node.leader() is not None if node.is_machine else Path(f"/proc/{node.init_pid}").exists()
             self.out(f"  {node.hostname:<16} {node.ip:<12} {node.role:<10} {node.instance_id} "
                      f"{'up' if alive else 'GONE'}  status: {status}")
         try:
@@ -391,6 +636,7 @@ WAIT_KINDS = (
     ("to answer (scontrol ping)", "slurmctld answering"),
     ("slurmctld to register", "registration in slurmctld"),
     ("munged to answer", "local munged start"),
+    ("to respond again after the restart", "slurmd restart (Pyxis registered)"),
 )
 HANDOFF = WAIT_KINDS[0][1]
 

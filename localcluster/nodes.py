@@ -33,6 +33,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from localcluster import machine
+
 REPO = Path(__file__).resolve().parent.parent
 BASE = Path(os.environ.get("GPU_CLUSTER_LOCAL_DIR", "/var/tmp/gpu-cluster-local"))
 NETNS_DIR = Path("/var/run/netns")
@@ -85,21 +87,41 @@ class Node:
     boot_pid: int = 0
     started: float = 0.0
     cgroups: list[str] = field(default_factory=list)
+    lane: str = "namespace"  # or a machine lane (bookworm, trixie): machine.py
 
     @property
     def path(self) -> Path:
         return Path(self.dir)
 
+    @property
+    def is_machine(self) -> bool:
+        return self.lane != "namespace"
+
     def upper(self, node_path: str) -> Path:
         """Where a path the node wrote lands on the host (read-only use)."""
         rel = node_path.lstrip("/")
+        if self.is_machine:  # the machine's root, as the host sees it (its /run is not here)
+            return self.path / "root" / rel
         for top in sorted(OVERLAYS, key=len, reverse=True):
             if rel == top or rel.startswith(top + "/"):
                 return self.path / "upper" / top.replace("/", "-") / rel[len(top):].lstrip("/")
         raise ValueError(f"{node_path} is not on a node-private overlay")
 
     def nsenter(self) -> list[str]:
+        if self.is_machine:
+            pid = self.leader()
+            if pid is None:
+                raise RuntimeError(f"{self.hostname}: machine is not running")
+            return machine.nsenter_argv(pid)
         return ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "--"]
+
+    def leader(self) -> int | None:
+        """A machine's PID 1 as the host sees it (None: not running, e.g. mid-reboot)."""
+        try:
+            ino = os.stat(NETNS_DIR / self.netns).st_ino
+        except OSError:
+            return None
+        return machine.leader(ino, self.cgroups)
 
 
 class Cluster:
@@ -117,6 +139,8 @@ class Cluster:
         self.fsx_dir = self.root / "fsx"
         self.nodes: dict[str, Node] = {}
         self.next_serial = 1
+        self.lane: str | None = None  # the lane its nodes were launched on (cluster.LANES)
+        self.base: str | None = None  # machine lanes: the root every node boots (one "AMI")
         self.lock = threading.RLock()  # nodes are created from several threads
         self.load()
 
@@ -130,6 +154,8 @@ class Cluster:
             st = json.loads(self.state_file.read_text())
             self.subnet = st["subnet"]
             self.next_serial = st["next_serial"]
+            self.lane = st.get("lane")
+            self.base = st.get("base")
             self.nodes = {n["hostname"]: Node(**n) for n in st["nodes"]}
 
     def save(self) -> None:
@@ -140,7 +166,7 @@ class Cluster:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"name": self.name, "subnet": self.subnet,
-                                   "next_serial": self.next_serial,
+                                   "next_serial": self.next_serial, "lane": self.lane, "base": self.base,
                                    "nodes": [asdict(n) for n in self.nodes.values()]}, indent=1))
         tmp.replace(self.state_file)
 
@@ -193,6 +219,64 @@ class Cluster:
         imds_ready()
         self.save()
         return node
+
+    def create_machine(self, role: str, *, lane: str, base: Path, user_data: bytes, swaps: dict[str, str],
+                       files: dict[str, tuple[bytes, int, str]], fsx: bool = True, tags: dict[str, str],
+                       az: str, ro_binds: list[str]) -> Node:
+        """A whole machine (machine.py) in a fresh network namespace, booting; IMDS running."""
+        self.ensure_network()
+        self.fsx_dir.mkdir(parents=True, exist_ok=True)
+        serial, ip, hostname, instance_id = self._new_identity(role)
+        node = Node(cluster=self.name, serial=serial, ip=ip, hostname=hostname,
+                    instance_id=instance_id, role=role, netns=f"gcl-{self.name}-{serial}",
+                    veth=f"gcl{self.name}{serial}"[:15], dir=str(self.root / "nodes" / hostname),
+                    fsx=fsx, lane=lane)
+        with self.lock:
+            self.nodes[hostname] = node
+        self.save()
+        node.path.mkdir(parents=True, exist_ok=True)
+        self._make_netns(node)
+        imds_ready = self._start_imds(node, tags, az)
+        root = machine.mount_root(node.path, base)
+        machine.seed_root(root, user_data=user_data, instance_id=instance_id, hostname=hostname, swaps=swaps)
+        for path, (content, mode, owner) in files.items():  # test faults only (e.g. a wrong key)
+            machine.put(root, path, content, mode, owner)
+        node.cgroups = machine.make_cgroups(f"gcl-{self.name}-{hostname}")
+        binds = [(p, p, True) for p in ro_binds]
+        if fsx:
+            binds.append((str(self.fsx_dir), "/fsx", False))
+        (node.path / "nspawn.json").write_text(json.dumps(
+            machine.nspawn_argv(root, hostname, NETNS_DIR / node.netns, binds)))
+        imds_ready()
+        self.power_on(node)
+        return node
+
+    def power_on(self, node: Node) -> None:
+        """Boot a machine (again) from its kept root: a new supervisor and nspawn."""
+        machine.share_propagation(node.hostname)
+        argv = json.loads((node.path / "nspawn.json").read_text())
+        node.init_pid = machine.start(node.path, argv, node.cgroups)
+        node.started = time.time()
+        self.save()
+
+    def attach_fsx(self, node: Node) -> None:
+        """Mount the shared directory on /fsx of a running machine launched without it
+        (/fsx appearing late, as a Lustre mount that only succeeds on a later try)."""
+        pid = node.leader()
+        if pid is None:
+            raise RuntimeError(f"{node.hostname}: machine is not running")
+        machine.bind_into(node.hostname, pid, self.fsx_dir, "/fsx")
+        node.fsx = True
+        argv = json.loads((node.path / "nspawn.json").read_text())  # and on its next boots
+        bind = f"--bind={self.fsx_dir}:/fsx"
+        if bind not in argv:
+            (node.path / "nspawn.json").write_text(json.dumps(argv + [bind]))
+            machine.set_argv(node.path, argv + [bind])  # a reboot's nspawn has it too
+        self.save()
+
+    def power_off(self, node: Node, graceful: float = 0.0) -> None:
+        """Stop a machine, keeping its root (graceful: systemd powers off first)."""
+        machine.stop(node.path, node.init_pid, node.cgroups, graceful=graceful)
 
     def _make_netns(self, node: Node) -> None:
         sh("ip", "netns", "add", node.netns)
@@ -323,11 +407,16 @@ class Cluster:
     # ---- teardown ------------------------------------------------------------------
     def kill_node(self, node: Node, *, keep_dir: bool = False) -> None:
         """Kill every process in the node's namespaces, then remove its traces."""
+        if node.is_machine:  # a pulled plug: the supervisor first, so nothing boots it again
+            machine.stop(node.path, node.init_pid, node.cgroups)
+            machine.forget(node.hostname)
         netns_path = NETNS_DIR / node.netns
         net_ino = os.stat(netns_path).st_ino if netns_path.exists() else None
-        mnt_ino = ns_inode(node.init_pid, "mnt") if node.init_pid else None
-        if mnt_ino is not None and mnt_ino == ns_inode(1, "mnt"):
-            mnt_ino = None  # a recycled pid outside any node: never match the host
+        # A machine's processes are found by its network namespace and cgroups (its init_pid
+        # is the supervisor, on the host's mount namespace); a namespace node's by both.
+        mnt_ino = ns_inode(node.init_pid, "mnt") if node.init_pid and not node.is_machine else None
+        if mnt_ino is not None and mnt_ino in (ns_inode(1, "mnt"), ns_inode(os.getpid(), "mnt")):
+            mnt_ino = None  # a recycled pid outside any node: never match the host (pid 1 may be unreadable)
         for pid in (node.imds_pid, node.boot_pid, node.init_pid):
             if pid and ns_inode(pid, "net") == net_ino and net_ino:
                 _kill(pid)
@@ -374,6 +463,8 @@ class Cluster:
                     stale = [p for p in (CGROUP_ROOT / ctl).glob(prefix + "*") if p.is_dir()]
                 except OSError:
                     continue
+                for pid in machine.cgroup_pids([str(p) for p in stale]) - {os.getpid()}:
+                    _kill(pid)  # a machine our state no longer knows about
                 _remove_cgroups([str(p) for p in stale])
         if self.root.exists():
             _rmtree(self.root)
@@ -405,7 +496,7 @@ def _remove_cgroups(paths: list[str]) -> None:
         p = Path(top)
         if not p.exists():
             continue
-        for dirpath, dirnames, _ in sorted(os.walk(p), key=lambda t: -t[0].count("/")):
+        for dirpath, _dirnames, _ in sorted(os.walk(p), key=lambda t: -t[0].count("/")):
             try:
                 os.rmdir(dirpath)
             except OSError:

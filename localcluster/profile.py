@@ -147,7 +147,7 @@ def payload_files(tar_gz: bytes) -> dict[str, bytes]:
 
 
 def cgroup_plugin() -> str:
-    """Slurm's cgroup plugin for this host: a v1 hierarchy needs `cgroup/v1` (FACTS 9)."""
+    """Slurm's cgroup plugin for this host: a v1 hierarchy needs `cgroup/v1` [SLURM-CGROUP]."""
     return "autodetect" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "cgroup/v1"
 
 
