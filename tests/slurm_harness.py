@@ -6,7 +6,8 @@ every file under one temporary directory, every process stopped by its own pid.
 
 The rendered slurm.conf is used as is except for the lines `localize_slurm_conf`
 rewrites (node paths -> test paths, ports, munge socket); everything else is what the
-nodes get. Needs root (slurmd, cgroups) and the Debian packages named in FACTS 9.
+nodes get. Needs root (slurmd, cgroups) and Debian's slurmctld, slurmd, slurm-client, munge,
+libpmix2 and libpmix-dev (Slurm's PMIx plugin loads the unversioned libpmix.so).
 """
 
 from __future__ import annotations

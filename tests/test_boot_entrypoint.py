@@ -212,7 +212,9 @@ class _Imds(BaseHTTPRequestHandler):
     def do_PUT(self):
         self.seen.append("PUT " + self.path)
         if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-            self.send_response(400); self.end_headers(); return
+            self.send_response(400)
+            self.end_headers()
+            return
         self._reply(200, self.TOKEN)
 
     def do_GET(self):

@@ -132,6 +132,9 @@ def cluster_env(cfg, spec: InstanceSpec, fsx: FsxEndpoint) -> str:
         ("MUNGE_WORKER_INTERVAL", MUNGE_WORKER_INTERVAL),
         ("MUNGE_WORKER_MIN_AGE", MUNGE_WORKER_MIN_AGE),
         ("NODE_REAP_GRACE", NODE_REAP_GRACE),
+        ("MUNGE_KEY_RECOVERY_WAIT", 180),  # > worker min age 90 + interval 30 (steps/40-munge.sh)
+        ("BOOT_ATTEMPTS", 4),  # a failed step runs up to 4 times (bin/gpu-cluster-boot run_steps)
+        ("BOOT_RETRY_DELAY", 30),  # s before the first retry, doubled each time: 30, 60, 120
         ("BLOCK_END_MARGIN_MINUTES", cfg.capacity.block_end_margin_minutes),
         ("ENROOT_VERSION", ENROOT_VERSION),
         ("ENROOT_URL", ENROOT_URL),

@@ -78,4 +78,5 @@ mj_gc() {
 
 # key_fingerprint FILE: sha256 of the key; published so nodes can tell the cluster's
 # key from the random one the munge package generates at install.
-key_fingerprint() { sha256sum "$1" 2>/dev/null | cut -d' ' -f1; }
+# Empty (not a failure) when there is no key yet: the caller then joins.
+key_fingerprint() { if [[ -r $1 ]]; then sha256sum "$1" | cut -d' ' -f1; fi; }

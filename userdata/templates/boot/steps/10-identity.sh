@@ -3,8 +3,8 @@
 # Step 10: who am I. Reads identity and cluster tags from IMDSv2 (never from the user
 # data, so every node of a template gets the same bytes), sets the hostname and pins
 # it to the primary IPv4 in /etc/hosts: on Ubuntu 24.04 the hostname can otherwise
-# resolve to an IPv6 link-local fe80:: address and Slurm nodes go down (seed 000
-# Step 1). Writes /var/lib/gpu-cluster/identity.env for the later steps.
+# resolve to an IPv6 link-local fe80:: address and Slurm nodes go down (with several
+# IP interfaces the hostname can resolve to the wrong one [EFA-ACC]). Writes /var/lib/gpu-cluster/identity.env for the later steps.
 # Prerequisites: curl; the launch template enables instance metadata tags.
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -21,6 +21,26 @@ tag() {
   esac
 }
 
+# tag_optional KEY: the tag's value, or nothing when the instance has no such tag.
+tag_optional() {
+  local rc=0 value
+  value=$(imds_get "meta-data/tags/instance/$1") || rc=$?
+  case $rc in 0) printf '%s\n' "$value" ;; 4) ;; *) die "cannot read tag $1 from instance metadata" ;; esac
+}
+
+# read_block_end BLOCK: GpuClusterBlockEnd (a Capacity Block's end, ISO-8601), as
+# 2026-12-08T11:30:00Z, or nothing (on-demand, or a group without the tag).
+read_block_end() {
+  local value epoch
+  value=$(tag_optional GpuClusterBlockEnd)
+  [[ -n $value ]] || return 0
+  if [[ $1 == on-demand ]]; then warn "ignoring GpuClusterBlockEnd '$value' on an on-demand node" >&2; return 0; fi
+  # shellcheck source=lib/block-end.sh
+  . "$GPU_CLUSTER_HOME/lib/block-end.sh"
+  epoch=$(block_end_epoch "$value") || die "GpuClusterBlockEnd tag '$value' is not an ISO-8601 time with a zone, e.g. 2026-12-08T11:30:00Z"
+  block_end_iso "$epoch"
+}
+
 pin_hosts() {
   local addr=$1 fqdn=$2 short=$3 hosts=/etc/hosts current
   # Drop any other line naming this host (e.g. Debian's 127.0.1.1, which breaks MPI
@@ -35,7 +55,7 @@ pin_hosts() {
 }
 
 main() {
-  local iid addr fqdn short az cluster role nodes block got
+  local iid addr fqdn short az cluster role nodes block block_end got
   iid=$(meta instance-id)
   addr=$(meta local-ipv4)
   fqdn=$(meta local-hostname)
@@ -51,6 +71,7 @@ main() {
   [[ $role == controller || $role == worker ]] || die "GpuClusterRole tag is '$role'; expected controller or worker"
   [[ $nodes =~ ^[1-9][0-9]*$ ]] || die "GpuClusterNodes tag is '$nodes'; expected a node count"
   [[ $block =~ ^[A-Za-z0-9_-]+$ ]] || die "GpuClusterBlock tag '$block' cannot be a Slurm feature"
+  block_end=$(read_block_end "$block")
 
   if [[ $(hostname) != "$short" ]]; then
     if [[ $GPU_CLUSTER_SERVICE_MANAGER == systemd ]]; then hostnamectl set-hostname "$short"; else hostname "$short"; fi
@@ -69,9 +90,10 @@ NODE_FQDN='$fqdn'
 NODE_AZ='$az'
 NODE_ROLE='$role'
 NODE_BLOCK='$block'
+NODE_BLOCK_END='$block_end'
 GPU_CLUSTER_NODES='$nodes'
 ENV
-  log "node $short ($iid) $addr role=$role block=$block cluster=$cluster nodes=$nodes az=$az"
+  log "node $short ($iid) $addr role=$role block=$block${block_end:+ (ends $block_end)} cluster=$cluster nodes=$nodes az=$az"
 }
 
 main "$@"

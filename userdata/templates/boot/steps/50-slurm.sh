@@ -12,6 +12,8 @@
 set -euo pipefail
 # shellcheck source=lib/common.sh
 . "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
+# shellcheck source=lib/boot-failures.sh
+. "$GPU_CLUSTER_HOME/lib/boot-failures.sh"
 # shellcheck source=lib/block-end.sh
 . "$GPU_CLUSTER_HOME/lib/block-end.sh"
 
@@ -67,7 +69,7 @@ publish_controller() {
 }
 
 main() {
-  local max
+  local max line
   load_identity
   block_end_publish # FSX_ROOT/blocks/<block>.end: the controller reserves the block's end
   if is_controller; then publish_controller; else
@@ -99,6 +101,9 @@ main() {
   else
     wait_ctld "$CONTROLLER_WAIT" "slurmctld on $CONTROLLER_HOST ($CONTROLLER_ADDR) to answer (scontrol ping)"
   fi
+  # An earlier failed boot of this node may be drained or listed down by the controller
+  # (lib/boot-failures.sh); this attempt gets past it, so undo that first.
+  clear_boot_failure "$NODE_NAME" | while IFS= read -r line; do log "$line"; CHANGED=1; done
   # A running slurmd that slurmctld lost (e.g. after a munge key fix) re-registers at once
   # when restarted, instead of at slurmctld's next ping (SlurmdTimeout / 3).
   if scontrol show node "$NODE_NAME" 2>/dev/null | grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN)'; then CHANGED=1; fi

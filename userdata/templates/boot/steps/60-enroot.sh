@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR/..
-# Step 60: Enroot (seed 000 Step 5). /etc/enroot/enroot.conf with the seed's keys:
+# Step 60: Enroot. /etc/enroot/enroot.conf with these keys [ENROOT-CONF]:
 # runtime under /run/enroot/user-$(id -u), cache/data/temp on node-local NVMe (images
 # are tens of GB and would fill the root volume), ENROOT_RESTRICT_DEV n (EFA's
 # /dev/infiniband visible in containers), the squash options, ENROOT_MOUNT_HOME y.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR/..
-# Step 70: Pyxis (seed 000 Step 6). Registers the SPANK plugin by installing
+# Step 70: Pyxis [PYXIS]. Registers the SPANK plugin by installing
 # pyxis.conf into /etc/slurm/plugstack.conf.d (plugstack.conf includes that directory),
 # only when the plugin exists: a missing `required` plugin makes every srun fail.
 # Restarts slurmd when the registration changed; fails unless `srun --help` shows

@@ -192,3 +192,7 @@ svc_older_than() {
 
 # Reload unit files after drop-ins changed (no-op in direct mode).
 svc_reload() { [[ $GPU_CLUSTER_SERVICE_MANAGER == direct ]] || systemctl daemon-reload; }
+
+# max_node_count N: Slurm's MaxNodeCount for N expected nodes (factor and spare from
+# cluster.env; why 2N+4: userdata/slurm_conf.py). The one place the formula runs.
+max_node_count() { echo $((SLURM_MAX_NODES_FACTOR * $1 + SLURM_MAX_NODES_SPARE)); }

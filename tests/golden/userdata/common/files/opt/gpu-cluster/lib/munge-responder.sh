@@ -10,6 +10,11 @@
 # background (never while another boot holds the lock).
 # On the controller it also deletes stale dynamic nodes (lib/node-reaper.sh): a replaced
 # node registers under a new name, and the one it replaced would stay DOWN for ever.
+# And it keeps a maintenance reservation and drain at each Capacity Block's end
+# (lib/block-end.sh): no job may run across it. And it lists nodes whose boot failed
+# for good in Slurm, drained or down with the reason (lib/boot-failures.sh).
+# On every node: when the cluster's key fingerprint changes away from the key this
+# node holds (the controller rotated it, see step 40), it rejoins (follow_key).
 # Prerequisites: /etc/gpu-cluster/cluster.env, /var/lib/gpu-cluster/identity.env.
 set -euo pipefail
 : "${GPU_CLUSTER_ETC:=/etc/gpu-cluster}"
@@ -26,13 +31,29 @@ export GC_STEP=munge-responder
 . "$GPU_CLUSTER_HOME/lib/munge-join.sh"
 # shellcheck source=lib/node-reaper.sh
 . "$GPU_CLUSTER_HOME/lib/node-reaper.sh"
+# shellcheck source=lib/block-end.sh
+. "$GPU_CLUSTER_HOME/lib/block-end.sh"
+# shellcheck source=lib/boot-failures.sh
+. "$GPU_CLUSTER_HOME/lib/boot-failures.sh"
+
+# boot_detached ARGS: run gpu-cluster-boot ARGS in the background, outside this
+# service: under systemd as a transient unit (a child would live in this unit's cgroup
+# and be killed when the responder restarts), in direct mode as its own session.
+boot_detached() {
+  if [[ $GPU_CLUSTER_SERVICE_MANAGER == systemd ]]; then
+    systemd-run --quiet --collect --no-block --unit="gpu-cluster-boot-$(date +%s)" \
+      "$GPU_CLUSTER_HOME/bin/gpu-cluster-boot" "$@" || warn "systemd-run gpu-cluster-boot $* failed"
+  else
+    setsid "$GPU_CLUSTER_HOME/bin/gpu-cluster-boot" "$@" >/dev/null 2>&1 </dev/null &
+  fi
+}
 
 follow_controller() {
   local published="$FSX_ROOT/controller.env" used="$GPU_CLUSTER_STATE/controller.env"
   [[ -s $published && -s $used ]] && ! cmp -s "$published" "$used" || return 0
   flock -n "$GPU_CLUSTER_RUN/boot.lock" true 2>/dev/null || return 0
   log "the controller changed ($(tr '\n' ' ' <"$published")); re-running step 50-slurm"
-  setsid "$GPU_CLUSTER_HOME/bin/gpu-cluster-boot" --only slurm >/dev/null 2>&1 </dev/null &
+  boot_detached --only slurm
 }
 
 # reap: at most once a minute, on the controller, once slurmctld runs here.
@@ -42,6 +63,19 @@ reap() {
   ((SECONDS - LAST_REAP >= 60)) || return 0
   LAST_REAP=$SECONDS
   while IFS= read -r line; do log "$line"; done < <(reap_stale_nodes "$NODE_REAP_GRACE")
+  while IFS= read -r line; do log "$line"; done < <(report_boot_failures "$FSX_ROOT/status" "$FSX_ROOT/status/reported")
+}
+
+# follow_key: the cluster's key changed under us (the controller found no holder and
+# rotated it while this node could not answer, e.g. cut off from /fsx). Re-run the
+# boot from step 40: it joins for the new key, restarts munged, then slurmd.
+LAST_REJOIN=-3600
+follow_key() {
+  ((SECONDS - LAST_REJOIN >= 60)) || return 0
+  flock -n "$GPU_CLUSTER_RUN/boot.lock" true 2>/dev/null || return 0
+  LAST_REJOIN=$SECONDS
+  log "the cluster's munge key changed (generation $(cat "$FSX_ROOT/munge/key.generation" 2>/dev/null || echo '?')); re-running gpu-cluster-boot --from munge to rejoin"
+  boot_detached --from munge
 }
 
 main() {
@@ -54,7 +88,9 @@ main() {
       n=$(mj_answer "$MUNGE_KEY" "$m/requests" "$m/responses" "$min_age")
       if ((n > 0)); then log "answered $n join request(s)"; fi
       mj_gc "$m/requests" "$m/responses"
-      if is_controller; then reap; else follow_controller; fi
+      if is_controller; then reap; block_end_tick; else follow_controller; fi
+    elif fsx_root_ready && [[ -s $m/key.sha256 ]]; then
+      follow_key
     fi
     sleep "$interval"
   done

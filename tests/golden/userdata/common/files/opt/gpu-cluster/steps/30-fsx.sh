@@ -55,6 +55,9 @@ main() {
   fi
   install -d -m 0755 "$FSX_MOUNTPOINT/.gpu-cluster" "$FSX_MOUNTPOINT/jobs"
   install -d -m 0700 "$FSX_ROOT"
+  # Container images imported once per cluster (bin/gpu-cluster-image): any user's job
+  # may import one; sticky, so nobody removes another's.
+  install -d -m 1777 "$FSX_MOUNTPOINT/images"
   install -d -m 0700 "$FSX_ROOT"/{munge,munge/requests,munge/responses,slurmctld,status,validation}
   [[ -w $FSX_ROOT ]] || die "$FSX_ROOT is not writable"
   log "$FSX_ROOT ready"

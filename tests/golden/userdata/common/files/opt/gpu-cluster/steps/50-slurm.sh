@@ -12,6 +12,10 @@
 set -euo pipefail
 # shellcheck source=lib/common.sh
 . "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
+# shellcheck source=lib/boot-failures.sh
+. "$GPU_CLUSTER_HOME/lib/boot-failures.sh"
+# shellcheck source=lib/block-end.sh
+. "$GPU_CLUSTER_HOME/lib/block-end.sh"
 
 shopt -s lastpipe # install_if_changed runs at the end of pipes and sets CHANGED
 CHANGED=0
@@ -65,8 +69,9 @@ publish_controller() {
 }
 
 main() {
-  local max
+  local max line
   load_identity
+  block_end_publish # FSX_ROOT/blocks/<block>.end: the controller reserves the block's end
   if is_controller; then publish_controller; else
     wait_for "$CONTROLLER_WAIT" "the controller to publish $FSX_ROOT/controller.env" test -s "$FSX_ROOT/controller.env"
   fi
@@ -74,7 +79,7 @@ main() {
   cp "$FSX_ROOT/controller.env" "$GPU_CLUSTER_STATE/controller.env.using"
   # shellcheck source=/dev/null
   . "$GPU_CLUSTER_STATE/controller.env.using"
-  max=$((SLURM_MAX_NODES_FACTOR * GPU_CLUSTER_NODES + SLURM_MAX_NODES_SPARE))
+  max=$(max_node_count "$GPU_CLUSTER_NODES")
   sed -e "s|@CONTROLLER_HOST@|$CONTROLLER_HOST|g" -e "s|@CONTROLLER_ADDR@|$CONTROLLER_ADDR|g" \
     -e "s|@MAX_NODES@|$max|g" "$SLURM_CONF_TEMPLATE" | install_if_changed /etc/slurm/slurm.conf 0644
   # The dynamic node line (NodeAddr=<this IPv4> ...) the slurmd unit passes to -Z --conf.
@@ -96,6 +101,9 @@ main() {
   else
     wait_ctld "$CONTROLLER_WAIT" "slurmctld on $CONTROLLER_HOST ($CONTROLLER_ADDR) to answer (scontrol ping)"
   fi
+  # An earlier failed boot of this node may be drained or listed down by the controller
+  # (lib/boot-failures.sh); this attempt gets past it, so undo that first.
+  clear_boot_failure "$NODE_NAME" | while IFS= read -r line; do log "$line"; CHANGED=1; done
   # A running slurmd that slurmctld lost (e.g. after a munge key fix) re-registers at once
   # when restarted, instead of at slurmctld's next ping (SlurmdTimeout / 3).
   if scontrol show node "$NODE_NAME" 2>/dev/null | grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN)'; then CHANGED=1; fi

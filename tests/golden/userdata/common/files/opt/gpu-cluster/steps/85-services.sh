@@ -17,6 +17,13 @@ main() {
     svc enable "$s"
     svc active "$s" || die "$s is not running"
   done
+  # Debian's and Ubuntu's slurmctld package enables its unit at install: on a worker it
+  # would start at the next boot and fail (not the SlurmctldHost), leaving systemd degraded.
+  if ! is_controller && [[ $GPU_CLUSTER_SERVICE_MANAGER == systemd ]] &&
+    systemctl is-enabled --quiet slurmctld 2>/dev/null; then
+    systemctl disable --quiet slurmctld
+    log "disabled slurmctld (enabled by its package; this node is a worker)"
+  fi
   log "running and enabled: ${services[*]}"
 }
 
