@@ -84,6 +84,13 @@ def limit_for(step, config, baseline_figures):
 
 def check_step(config, baseline_figures, step, text):
     """Verdict dict for one step's log (pmix is a plain srun --mpi=list check)."""
+    if step == "container":
+        # one line "container-ok <host>" per node from inside the image (Pyxis + Enroot)
+        hosts = sorted(set(re.findall(r"^container-ok (\S+)$", text, re.M)))
+        want = int(re.search(r"^# nodes=(\d+)", text, re.M).group(1)) if re.search(r"^# nodes=", text, re.M) else 1
+        ok = len(hosts) >= want
+        return {"tool": "srun --container-image", "verdict": "GO" if ok else "NO-GO",
+                "reasons": [] if ok else [f"the container ran on {len(hosts)} of {want} node(s)"], "notes": hosts}
     if step == "pmix":
         ok = re.search(r"\bpmix", text) is not None
         return {"tool": "srun --mpi=list", "verdict": "GO" if ok else "NO-GO",
@@ -311,7 +318,7 @@ def main(argv=None):
     s.add_argument("--features", required=True, help="file with `sinfo -h -N -o '%%N %%f'` output")
     for name in ("check", "skip"):
         s = sub.add_parser(name)
-        s.add_argument("--step", required=True, choices=("pmix",) + tuple(FIGURES))
+        s.add_argument("--step", required=True, choices=("pmix", "container") + tuple(FIGURES))
         s.add_argument("--nodes", required=True)
         s.add_argument("--kind", default="")
         s.add_argument("--log" if name == "check" else "--reason", required=True)

@@ -211,6 +211,14 @@ def test_limit_is_catalog_then_tightened_by_baseline():
     assert vr.limit_for("single", CFG, {}) == (None, None)
 
 
+def test_container_step_needs_the_image_running_on_every_node():
+    log = "# nodes=2 image=/fsx/images/test.sqsh (/fsx/images/test.sqsh)\ncontainer-ok ip-10-0-0-1\n"
+    r = vr.check_step(CFG, {}, "container", log + "container-ok ip-10-0-0-2\n")
+    assert (r["verdict"], r["notes"]) == ("GO", ["ip-10-0-0-1", "ip-10-0-0-2"])
+    r = vr.check_step(CFG, {}, "container", log)
+    assert (r["verdict"], r["reasons"]) == ("NO-GO", ["the container ran on 1 of 2 node(s)"])
+
+
 def test_check_step_applies_baseline_drop():
     text = (DATA / "efa_p5_allreduce_16g.log").read_text()
     assert vr.check_step(CFG, {}, "all_reduce", text)["verdict"] == "GO"
