@@ -17,9 +17,13 @@ export GPU_CLUSTER_VENDOR_DIR
 deps:
 	PYTHON=$(PYTHON) ./scripts/install-deps.sh
 
+# Faithful-lane tests run on both OS lanes that bracket the nodes' Ubuntu 24.04
+# (Slurm 22.05 and 24.11); the lifecycle tests pin themselves to one lane.
+FAITHFUL_LANES ?= bookworm,trixie
+
 # pytest exits 5 when it collected no tests; that is a failure here, not a pass.
 test: deps
-	@$(PYTHON) -m pytest -q; rc=$$?; \
+	@GPU_CLUSTER_FAITHFUL_LANES=$(FAITHFUL_LANES) $(PYTHON) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest ran no tests" >&2; exit 1; fi; exit $$rc
 
 render: deps
