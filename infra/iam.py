@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.component import Component
+
 SSM_CORE_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 EC2_ASSUME_ROLE_POLICY = json.dumps({
@@ -42,27 +44,27 @@ class NodeIdentityArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-class NodeIdentity(pulumi.ComponentResource):
+class NodeIdentity(Component):
     """Outputs: role_name, instance_profile_name, instance_profile_arn."""
 
+    TYPE = "gpu-cluster:index:NodeIdentity"
     role_name: pulumi.Output[str]
     instance_profile_name: pulumi.Output[str]
     instance_profile_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: NodeIdentityArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:NodeIdentity", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        super().__init__(name, opts)
         role = aws.iam.Role(
             f"{name}-role", assume_role_policy=EC2_ASSUME_ROLE_POLICY,
             description=f"gpu-cluster {args.cluster_name} GPU nodes (SSM access only)",
-            tags=args.tags, opts=child)
-        aws.iam.RolePolicyAttachment(f"{name}-ssm", role=role.name, policy_arn=SSM_CORE_POLICY_ARN, opts=child)
+            tags=args.tags, opts=self.child)
+        aws.iam.RolePolicyAttachment(f"{name}-ssm", role=role.name, policy_arn=SSM_CORE_POLICY_ARN, opts=self.child)
         if args.payload_object_arn is not None:
             aws.iam.RolePolicy(
                 f"{name}-payload", role=role.id,
                 policy=pulumi.Output.from_input(args.payload_object_arn).apply(payload_read_policy),
-                opts=child)
-        profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=args.tags, opts=child)
+                opts=self.child)
+        profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=args.tags, opts=self.child)
         self.role_name = role.name
         self.instance_profile_name = profile.name
         self.instance_profile_arn = profile.arn

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.component import Component
 from infra.efa import interface_layout
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig, RootVolumeConfig
@@ -78,15 +79,15 @@ def network_interfaces(spec: InstanceSpec, security_group_id: pulumi.Input[str])
     ]
 
 
-class NodeLaunchTemplate(pulumi.ComponentResource):
+class NodeLaunchTemplate(Component):
     """Outputs: launch_template_id, latest_version, placement_group_name (or None)."""
 
+    TYPE = "gpu-cluster:index:NodeLaunchTemplate"
     launch_template_id: pulumi.Output[str]
     latest_version: pulumi.Output[int]
 
     def __init__(self, name: str, args: NodeLaunchTemplateArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:NodeLaunchTemplate", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        super().__init__(name, opts)
         if args.capacity_blocks and args.placement_group:
             # Capacity Blocks are co-located already and do not take one [CB-USE].
             raise ValueError("a Capacity Block launch template takes no placement group")
@@ -97,7 +98,7 @@ class NodeLaunchTemplate(pulumi.ComponentResource):
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
         elif args.placement_group:
             pg = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster",
-                                        tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=child)
+                                        tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=self.child)
             placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name)
             self.placement_group_name = pg.name
 
@@ -127,7 +128,7 @@ class NodeLaunchTemplate(pulumi.ComponentResource):
             tags=args.tags,
             # $Default follows the newest version; the groups still pin a number.
             update_default_version=True,
-            opts=child,
+            opts=self.child,
         )
         self.launch_template_id = lt.id
         self.launch_template_name = lt.name

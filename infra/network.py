@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.component import Component
 from model.config import ROOT
 
 
@@ -59,60 +60,60 @@ class NetworkArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-class Network(pulumi.ComponentResource):
+class Network(Component):
     """Existing subnet, or VPC + private subnet + NAT egress. Outputs vpc_id, subnet_id."""
 
+    TYPE = "gpu-cluster:index:Network"
     vpc_id: pulumi.Output[str]
     subnet_id: pulumi.Output[str]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:Network", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        super().__init__(name, opts)
         if args.subnet_id:
             existing = aws.ec2.get_subnet_output(id=args.subnet_id, opts=pulumi.InvokeOutputOptions(parent=self))
             self.vpc_id = existing.vpc_id
             self.subnet_id = pulumi.Output.from_input(args.subnet_id)
             self.created = False
         else:
-            self._create_vpc(name, args, child)
+            self._create_vpc(name, args)
             self.created = True
         self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id})
 
-    def _create_vpc(self, name: str, args: NetworkArgs, child: pulumi.ResourceOptions) -> None:
+    def _create_vpc(self, name: str, args: NetworkArgs) -> None:
         def tags(suffix: str) -> dict[str, str]:
             return {**args.tags, "Name": f"{args.cluster_name}-{suffix}"}
 
         private_cidr, public_cidr = split_vpc_cidr(args.vpc_cidr)
         # DNS support and hostnames: FSx is mounted by DNS name and SSM needs both.
         vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=args.vpc_cidr, enable_dns_support=True,
-                          enable_dns_hostnames=True, tags=tags("vpc"), opts=child)
+                          enable_dns_hostnames=True, tags=tags("vpc"), opts=self.child)
         private = aws.ec2.Subnet(f"{name}-private", vpc_id=vpc.id, cidr_block=private_cidr,
                                  availability_zone=args.availability_zone,
-                                 map_public_ip_on_launch=False, tags=tags("private"), opts=child)
+                                 map_public_ip_on_launch=False, tags=tags("private"), opts=self.child)
         public = aws.ec2.Subnet(f"{name}-public", vpc_id=vpc.id, cidr_block=public_cidr,
                                 availability_zone=args.availability_zone,
-                                map_public_ip_on_launch=False, tags=tags("public"), opts=child)
-        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=tags("igw"), opts=child)
-        eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=tags("nat"), opts=child)
+                                map_public_ip_on_launch=False, tags=tags("public"), opts=self.child)
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=tags("igw"), opts=self.child)
+        eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=tags("nat"), opts=self.child)
         nat = aws.ec2.NatGateway(f"{name}-nat", allocation_id=eip.id, subnet_id=public.id,
                                  tags=tags("nat"),
                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
 
-        public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=vpc.id, tags=tags("public"), opts=child)
+        public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=vpc.id, tags=tags("public"), opts=self.child)
         aws.ec2.Route(f"{name}-public-default", route_table_id=public_rt.id,
-                      destination_cidr_block="0.0.0.0/0", gateway_id=igw.id, opts=child)
+                      destination_cidr_block="0.0.0.0/0", gateway_id=igw.id, opts=self.child)
         aws.ec2.RouteTableAssociation(f"{name}-public-assoc", route_table_id=public_rt.id,
-                                      subnet_id=public.id, opts=child)
+                                      subnet_id=public.id, opts=self.child)
 
-        private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=vpc.id, tags=tags("private"), opts=child)
+        private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=vpc.id, tags=tags("private"), opts=self.child)
         aws.ec2.Route(f"{name}-private-default", route_table_id=private_rt.id,
-                      destination_cidr_block="0.0.0.0/0", nat_gateway_id=nat.id, opts=child)
+                      destination_cidr_block="0.0.0.0/0", nat_gateway_id=nat.id, opts=self.child)
         aws.ec2.RouteTableAssociation(f"{name}-private-assoc", route_table_id=private_rt.id,
-                                      subnet_id=private.id, opts=child)
+                                      subnet_id=private.id, opts=self.child)
         # S3 through a gateway endpoint (free) instead of the NAT gateway (billed per GB):
         # the user-data payload, datasets and checkpoints the nodes read from S3.
         aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=vpc.id, service_name=f"com.amazonaws.{args.region}.s3",
                             vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id],
-                            tags=tags("s3"), opts=child)
+                            tags=tags("s3"), opts=self.child)
         self.vpc_id = vpc.id
         self.subnet_id = private.id

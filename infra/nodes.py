@@ -46,6 +46,7 @@ from datetime import datetime
 import pulumi
 import pulumi_aws as aws
 
+from infra.component import Component
 from model import tags as node_tags
 from model.config import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
 from model.schedule import GroupSchedule, group_schedule
@@ -91,16 +92,17 @@ def _pinned(version) -> str:
     return str(int(version))
 
 
-class NodeGroups(pulumi.ComponentResource):
+class NodeGroups(Component):
     """One Auto Scaling group per node group. Outputs: asg_names (group name -> ASG name).
 
     Groups of size 0 (a first block that only holds the controller) get no ASG.
     """
 
+    TYPE = "gpu-cluster:index:NodeGroups"
     asg_names: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:NodeGroups", name, None, opts)
+        super().__init__(name, opts)
         version = pulumi.Output.from_input(args.launch_template_version).apply(_pinned)
         self.asg_names = {}
         for g in args.groups:
@@ -137,7 +139,7 @@ class NodeGroups(pulumi.ComponentResource):
             protect_from_scale_in=False,
             tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
                   for k, v in sorted(tags.items())],
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self.child,
         )
         # One-time actions (no recurrence), in UTC. Auto Scaling deletes a one-time action
         # once it has run; the next `pulumi up` no longer declares a start action for a
@@ -148,12 +150,12 @@ class NodeGroups(pulumi.ComponentResource):
                 autoscaling_group_name=asg.name, scheduled_action_name=action_name(g, "start"),
                 start_time=iso_utc(sched.scale_out_at),
                 min_size=g.size, max_size=g.size, desired_capacity=g.size,
-                opts=pulumi.ResourceOptions(parent=self))
+                opts=self.child)
         if sched.scale_in_at is not None:
             aws.autoscaling.Schedule(
                 f"{name}-{g.name}-scale-in",
                 autoscaling_group_name=asg.name, scheduled_action_name=action_name(g, "end"),
                 start_time=iso_utc(sched.scale_in_at),
                 min_size=0, max_size=0, desired_capacity=0,
-                opts=pulumi.ResourceOptions(parent=self))
+                opts=self.child)
         return asg

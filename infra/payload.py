@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.component import Component
+
 PAYLOAD_PREFIX = "payload/"
 
 
@@ -34,25 +36,25 @@ class PayloadBucketArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-class PayloadBucket(pulumi.ComponentResource):
+class PayloadBucket(Component):
     """Private bucket (all public access blocked; S3 encrypts at rest by default).
 
     Outputs: bucket_name, bucket_arn.
     """
 
+    TYPE = "gpu-cluster:index:PayloadBucket"
     bucket_name: pulumi.Output[str]
     bucket_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: PayloadBucketArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:PayloadBucket", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        super().__init__(name, opts)
         bucket = aws.s3.Bucket(
             f"{name}-payload", bucket_prefix=f"gpu-cluster-{args.cluster_name}-",
             force_destroy=True,  # only rendered payloads live here; `pulumi destroy` must not stall
-            tags=args.tags, opts=child)
+            tags=args.tags, opts=self.child)
         aws.s3.BucketPublicAccessBlock(
             f"{name}-payload", bucket=bucket.id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=child)
+            ignore_public_acls=True, restrict_public_buckets=True, opts=self.child)
         self.bucket_name = bucket.bucket
         self.bucket_arn = bucket.arn
         self.register_outputs({"bucket_name": bucket.bucket, "bucket_arn": bucket.arn})
@@ -65,21 +67,22 @@ class PayloadObjectArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-class PayloadObject(pulumi.ComponentResource):
+class PayloadObject(Component):
     """The payload object. Outputs: object_arn, key."""
 
+    TYPE = "gpu-cluster:index:PayloadObject"
     object_arn: pulumi.Output[str]
     key: pulumi.Output[str]
 
     def __init__(self, name: str, args: PayloadObjectArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:PayloadObject", name, None, opts)
+        super().__init__(name, opts)
         payload = pulumi.Output.from_input(args.s3_payload)
         key = payload.apply(lambda p: payload_key(p[0]))
         obj = aws.s3.BucketObjectv2(
             f"{name}-payload", bucket=args.bucket_name, key=key,
             content_base64=payload.apply(lambda p: base64.b64encode(p[1]).decode("ascii")),
             content_type="application/gzip", tags=args.tags,
-            opts=pulumi.ResourceOptions(parent=self))
+            opts=self.child)
         # Built from the object's own outputs, so whatever uses them (the role policy, the
         # launch template's user data) waits for the upload.
         self.key = obj.key

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.component import Component
+
 # Egress to the internet (through the NAT gateway): HTTPS for the SSM agent, ECR/NGC
 # image pulls, the FSx Lustre client repository and S3; HTTP for Ubuntu's apt mirrors.
 # DNS (VPC resolver) and time (169.254.169.123) are link-local and not filtered by
@@ -34,14 +36,14 @@ class NodeSecurityGroupArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-class NodeSecurityGroup(pulumi.ComponentResource):
+class NodeSecurityGroup(Component):
     """One group with standalone rules (never mixed with inline rules [PA-SG])."""
 
+    TYPE = "gpu-cluster:index:NodeSecurityGroup"
     security_group_id: pulumi.Output[str]
 
     def __init__(self, name: str, args: NodeSecurityGroupArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:NodeSecurityGroup", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        super().__init__(name, opts)
         # The description maps to GroupDescription, which cannot be updated: changing it
         # replaces the group, and with it the file system that uses it (FSx cannot change
         # its security groups in place). So it is one constant, without the cluster name;
@@ -50,21 +52,21 @@ class NodeSecurityGroup(pulumi.ComponentResource):
             f"{name}-sg", vpc_id=args.vpc_id,
             description=SECURITY_GROUP_DESCRIPTION,
             revoke_rules_on_delete=True,
-            tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=child)
+            tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=self.child)
         aws.vpc.SecurityGroupIngressRule(
             f"{name}-self-in", security_group_id=sg.id, ip_protocol="-1",
             referenced_security_group_id=sg.id,
             description="EFA and Slurm between nodes; FSx Lustre TCP 988, 1018-1023",
-            tags=args.tags, opts=child)
+            tags=args.tags, opts=self.child)
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-self-out", security_group_id=sg.id, ip_protocol="-1",
             referenced_security_group_id=sg.id,
             description="EFA needs egress to the group itself; FSx Lustre ports",
-            tags=args.tags, opts=child)
+            tags=args.tags, opts=self.child)
         for proto, port, why in INTERNET_EGRESS_PORTS:
             aws.vpc.SecurityGroupEgressRule(
                 f"{name}-internet-{proto}{port}", security_group_id=sg.id, ip_protocol=proto,
                 from_port=port, to_port=port, cidr_ipv4="0.0.0.0/0", description=why,
-                tags=args.tags, opts=child)
+                tags=args.tags, opts=self.child)
         self.security_group_id = sg.id
         self.register_outputs({"security_group_id": self.security_group_id})

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.component import Component
 from model.config import FsxConfig
 from model.fsx_identity import COPY_TAGS_TO_BACKUPS, LUSTRE_VERSION, STORAGE_TYPE
 
@@ -46,16 +47,16 @@ class FileSystemArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-class FileSystem(pulumi.ComponentResource):
+class FileSystem(Component):
     """Outputs: file_system_id, dns_name, mount_name."""
 
+    TYPE = "gpu-cluster:index:FileSystem"
     file_system_id: pulumi.Output[str]
     dns_name: pulumi.Output[str]
     mount_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: FileSystemArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-cluster:index:FileSystem", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        super().__init__(name, opts)
         cfg = args.fsx
         persistent = cfg.persistent
         # allow_replace is the stack file's explicit yes to losing /fsx: it lifts the
@@ -98,7 +99,7 @@ class FileSystem(pulumi.ComponentResource):
                     auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=events),
                 ),
                 tags=args.tags,
-                opts=child,
+                opts=self.child,
             )
         self.file_system_id = fs.id
         self.dns_name = fs.dns_name

@@ -253,6 +253,30 @@ def _discard(tmp: Path) -> None:
 
 
 @contextlib.contextmanager
+def _cached_build(final: Path, kind: str, what: str) -> Iterator[tuple[_Stages, Path] | None]:
+    """Builds the cache entry `final` once: yields the stages and an empty temp dir beside it.
+
+    A concurrent build of the same key waits on the lock, then finds the entry and gets
+    None. The temp dir is renamed to `final` only when the body finished, so an entry
+    exists only when its build did; a failure names the stage and the log."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(CACHE_ROOT / "locks" / f"{kind}-{final.name}"):
+        if final.is_dir():
+            yield None
+            return
+        st = _Stages(what, CACHE_ROOT / "logs" / f"{kind}-{final.name}.log")
+        tmp = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
+        try:
+            yield st, tmp
+            tmp.rename(final)
+        except Exception as err:
+            raise st.fail(err) from err
+        finally:
+            st.close()
+            _discard(tmp)
+
+
+@contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
@@ -387,26 +411,19 @@ def build_base(lane: Lane) -> Path:
         return final
     if shutil.which("debootstrap") is None:
         raise ImageBuildError("debootstrap not found: apt-get install debootstrap")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(CACHE_ROOT / "locks" / f"base-{final.name}"):
-        if final.is_dir():
-            return final
-        st = _Stages(f"base {lane.name}", CACHE_ROOT / "logs" / f"base-{final.name}.log")
-        tmp = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
-        try:
-            with st.run("base"):
-                tmp.chmod(0o755)
-                with _debs_locked(lane):
-                    _bootstrap(st, lane, tmp, uri, sources, apt_conf)
-            tmp.rename(final)
-        except Exception as err:
-            inner = tmp / "debootstrap/debootstrap.log"
-            if inner.exists():  # it lives in the root that is about to be discarded
-                st.note("debootstrap.log (tail):\n" + "\n".join(inner.read_text(errors="replace").splitlines()[-80:]))
-            raise st.fail(err) from err
-        finally:
-            st.close()
-            _discard(tmp)
+    with _cached_build(final, "base", f"base {lane.name}") as build:
+        if build is not None:
+            st, tmp = build
+            try:
+                with st.run("base"):
+                    tmp.chmod(0o755)
+                    with _debs_locked(lane):
+                        _bootstrap(st, lane, tmp, uri, sources, apt_conf)
+            except Exception:
+                inner = tmp / "debootstrap/debootstrap.log"
+                if inner.exists():  # it lives in the root that is about to be discarded
+                    st.note("debootstrap.log (tail):\n" + "\n".join(inner.read_text(errors="replace").splitlines()[-80:]))
+                raise
     return final
 
 
@@ -585,13 +602,9 @@ def build_root(lane: str, payload_files: dict[str, bytes] | None = None) -> Path
     final = CACHE_ROOT / "roots" / f"{lane}-{key}"
     if final.is_dir():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(CACHE_ROOT / "locks" / f"root-{final.name}"):
-        if final.is_dir():
-            return final
-        st = _Stages(f"root {lane}", CACHE_ROOT / "logs" / f"root-{final.name}.log")
-        tmp = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
-        try:
+    with _cached_build(final, "root", f"root {lane}") as build:
+        if build is not None:
+            st, tmp = build
             with st.run("copy"):
                 tmp.chmod(0o755)
                 st.cmd(["cp", "-a", "--reflink=auto", f"{base}/.", str(tmp)])
@@ -629,12 +642,6 @@ def build_root(lane: str, payload_files: dict[str, bytes] | None = None) -> Path
                     "stages": st.times,
                 }
                 _clean(st, tmp, manifest)
-            tmp.rename(final)
-        except Exception as err:
-            raise st.fail(err) from err
-        finally:
-            st.close()
-            _discard(tmp)
     return final
 
 

@@ -56,7 +56,7 @@ def test_instance_spec(facts: dict[str, int] | None = None) -> InstanceSpec:
         vcpus=f["CPUs"], sockets=f["SocketsPerBoard"], cores_per_socket=f["CoresPerSocket"],
         threads_per_core=f["ThreadsPerCore"], memory_mib=f["RealMemory"],
         network_cards=1, efa_count=0, efa_on_card0=False, local_nvme_gb=0,
-        efa_gbps=0, cpu_vendor="host",
+        efa_gbps=0,
         sources={"all": "slurmd -C on this host"}, unconfirmed=(),
     )
 

@@ -51,7 +51,6 @@ class InstanceSpec:
     efa_on_card0: bool  # card 0 carries an efa-only interface at DeviceIndex 1
     local_nvme_gb: int
     efa_gbps: int  # per-node EFA bandwidth, Gbit/s
-    cpu_vendor: str
     sources: dict[str, str] = field(default_factory=dict)
     unconfirmed: tuple[str, ...] = ()
 
@@ -74,13 +73,26 @@ class InstanceSpec:
             raise ValueError(f"{self.name}: more EFA interfaces than network cards")
 
 
+def _p4_family(name: str, gpu_memory_mib: int) -> InstanceSpec:
+    # p4d and p4de differ only in GPU memory (A100 40 GB vs 80 GB) [K-IT].
+    return InstanceSpec(
+        name=name, gpu_model="A100", gpus=8, gpu_memory_mib=gpu_memory_mib,
+        vcpus=96, sockets=2, cores_per_socket=24, threads_per_core=2,
+        memory_mib=1179648, network_cards=4, efa_count=4, efa_on_card0=True,
+        local_nvme_gb=8000, efa_gbps=400,
+        sources={"gpus,vcpus,memory,nvme,bandwidth": "K-IT", "cards": "CNI",
+                 "topology": "AWSOME-PC", "layout": "EFA-ACC pattern"},
+        unconfirmed=("efa_on_card0",),
+    )
+
+
 def _p5_family(name: str, gpu_model: str, gpu_memory_mib: int, *, cards: int,
-               vendor: str, sources: dict[str, str], unconfirmed: tuple[str, ...]) -> InstanceSpec:
+               sources: dict[str, str], unconfirmed: tuple[str, ...]) -> InstanceSpec:
     return InstanceSpec(
         name=name, gpu_model=gpu_model, gpus=8, gpu_memory_mib=gpu_memory_mib,
         vcpus=192, sockets=2, cores_per_socket=48, threads_per_core=2,
         memory_mib=2097152, network_cards=cards, efa_count=cards, efa_on_card0=True,
-        local_nvme_gb=30400, efa_gbps=3200, cpu_vendor=vendor,
+        local_nvme_gb=30400, efa_gbps=3200,
         sources=sources, unconfirmed=unconfirmed,
     )
 
@@ -88,44 +100,28 @@ def _p5_family(name: str, gpu_model: str, gpu_memory_mib: int, *, cards: int,
 CATALOG: dict[str, InstanceSpec] = {
     spec.name: spec
     for spec in (
-        InstanceSpec(
-            name="p4d.24xlarge", gpu_model="A100", gpus=8, gpu_memory_mib=40960,
-            vcpus=96, sockets=2, cores_per_socket=24, threads_per_core=2,
-            memory_mib=1179648, network_cards=4, efa_count=4, efa_on_card0=True,
-            local_nvme_gb=8000, efa_gbps=400, cpu_vendor="Intel",
-            sources={"gpus,vcpus,memory,nvme,bandwidth": "K-IT", "cards": "CNI",
-                     "topology": "AWSOME-PC", "layout": "EFA-ACC pattern"},
-            unconfirmed=("efa_on_card0",),
-        ),
-        InstanceSpec(
-            name="p4de.24xlarge", gpu_model="A100", gpus=8, gpu_memory_mib=81920,
-            vcpus=96, sockets=2, cores_per_socket=24, threads_per_core=2,
-            memory_mib=1179648, network_cards=4, efa_count=4, efa_on_card0=True,
-            local_nvme_gb=8000, efa_gbps=400, cpu_vendor="Intel",
-            sources={"gpus,vcpus,memory,nvme,bandwidth": "K-IT", "cards": "CNI",
-                     "topology": "AWSOME-PC", "layout": "EFA-ACC pattern"},
-            unconfirmed=("efa_on_card0",),
-        ),
+        _p4_family("p4d.24xlarge", 40960),
+        _p4_family("p4de.24xlarge", 81920),
         _p5_family(
-            "p5.48xlarge", "H100", 81920, cards=32, vendor="AMD",
+            "p5.48xlarge", "H100", 81920, cards=32,
             sources={"gpus,vcpus,memory,nvme,efa": "K-FAKE", "cards": "CNI",
                      "topology": "PC-5797", "layout,bandwidth": "EFA-ACC"},
             unconfirmed=(),
         ),
         _p5_family(
-            "p5e.48xlarge", "H200", 144384, cards=32, vendor="AMD",
+            "p5e.48xlarge", "H200", 144384, cards=32,
             sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI",
                      "layout": "EFA-ACC"},
             unconfirmed=("sockets", "cores_per_socket"),
         ),
         _p5_family(
-            "p5en.48xlarge", "H200", 144384, cards=16, vendor="Intel",
+            "p5en.48xlarge", "H200", 144384, cards=16,
             sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI",
                      "layout": "EFA-ACC (16-card layout derived)"},
             unconfirmed=("sockets", "cores_per_socket"),
         ),
         _p5_family(
-            "p6-b200.48xlarge", "B200", 183359, cards=8, vendor="Intel",
+            "p6-b200.48xlarge", "B200", 183359, cards=8,
             sources={"gpus,vcpus,memory,nvme,efa": "K-IT", "cards": "CNI",
                      "layout,bandwidth": "EFA-ACC"},
             unconfirmed=("sockets", "cores_per_socket"),

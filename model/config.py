@@ -59,6 +59,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
+def _aws_id(prefix: str, value: str, what: str, hint: str) -> str:
+    """`value` if it is an EC2 resource id `<prefix>-<8 to 17 hex digits>`, else the error with the fix."""
+    if not re.match(rf"^{prefix}-[0-9a-f]{{8,17}}$", value):
+        raise ValueError(f"'{value}' is not {what}; {hint}")
+    return value
+
+
 class NetworkConfig(Strict):
     availability_zone: str = Field(description="AZ of the cluster subnet; EFA peers must share it.")
     subnet_id: str | None = Field(None, description="Existing private subnet; omit to create a VPC.")
@@ -74,9 +81,7 @@ class NetworkConfig(Strict):
     @field_validator("subnet_id")
     @classmethod
     def _subnet(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^subnet-[0-9a-f]{8,17}$", v):
-            raise ValueError(f"'{v}' is not a subnet id; use the 'subnet-0123abcd...' id of an existing subnet, or omit it to create a VPC")
-        return v
+        return v if v is None else _aws_id("subnet", v, "a subnet id", "use the 'subnet-0123abcd...' id of an existing subnet, or omit it to create a VPC")
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -119,9 +124,7 @@ class CapacityBlock(Strict):
     @field_validator("reservation_id")
     @classmethod
     def _cr(cls, v: str) -> str:
-        if not re.match(r"^cr-[0-9a-f]{8,17}$", v):
-            raise ValueError(f"'{v}' is not a capacity reservation id; copy the 'cr-...' id of the purchased Capacity Block")
-        return v
+        return _aws_id("cr", v, "a capacity reservation id", "copy the 'cr-...' id of the purchased Capacity Block")
 
     @field_validator("instance_count")
     @classmethod
@@ -215,9 +218,7 @@ class ImageConfig(Strict):
     @field_validator("ami_id")
     @classmethod
     def _ami(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^ami-[0-9a-f]{8,17}$", v):
-            raise ValueError(f"'{v}' is not an AMI id; use 'ami-0123...' or omit it to use the DLAMI SSM parameter")
-        return v
+        return v if v is None else _aws_id("ami", v, "an AMI id", "use 'ami-0123...' or omit it to use the DLAMI SSM parameter")
 
     @field_validator("ssm_parameter")
     @classmethod

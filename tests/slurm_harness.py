@@ -90,7 +90,7 @@ def host_profile_spec(name: str = "local-test") -> InstanceSpec:
         vcpus=int(hw["CPUs"]), sockets=int(hw["SocketsPerBoard"]) * int(hw.get("Boards", "1")),
         cores_per_socket=int(hw["CoresPerSocket"]), threads_per_core=int(hw["ThreadsPerCore"]),
         memory_mib=int(hw["RealMemory"]), network_cards=0, efa_count=0, efa_on_card0=False,
-        local_nvme_gb=0, efa_gbps=0, cpu_vendor="unknown", sources={"all": "slurmd -C"},
+        local_nvme_gb=0, efa_gbps=0, sources={"all": "slurmd -C"},
     )
 
 

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from tests.node_shell import fill_placeholders
 from tests.slurm_harness import (
     SlurmLayout,
     SlurmTestCluster,
@@ -200,7 +201,7 @@ def cluster(tmp_path):
     layout = SlurmLayout(tmp_path / "slurm")
     spec = host_profile_spec()
     files = sc.render_slurm_files("blockend", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = sc.fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
+    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
         "CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8})
     # A silent node is marked not responding within seconds instead of minutes.
     assert "\nSlurmdTimeout=300\n" in conf
@@ -214,7 +215,7 @@ def cluster(tmp_path):
     })
     c.start_munged()
     c.start_slurmctld()
-    line = sc.fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
+    line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
     c.start_slurmd(line)
     c.wait_node_state(host_short_name())
     yield c

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.node_shell import fill_placeholders
 from tests.slurm_harness import (
     SlurmLayout,
     SlurmTestCluster,
@@ -42,7 +43,7 @@ def cluster(tmp_path):
     layout = SlurmLayout(tmp_path / "slurm")
     spec = host_profile_spec()
     files = sc.render_slurm_files("bootfail", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = sc.fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
+    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
         "CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8})
     c = SlurmTestCluster(layout)
     c.write_configs({
@@ -53,7 +54,7 @@ def cluster(tmp_path):
     })
     c.start_munged()
     c.start_slurmctld()
-    c.slurmd_line = sc.fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
+    c.slurmd_line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
     c.start_slurmd(c.slurmd_line)
     c.wait_node_state(host_short_name())
     yield c

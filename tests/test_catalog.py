@@ -45,4 +45,4 @@ def test_inconsistent_topology_is_rejected():
     with pytest.raises(ValueError, match="sockets x cores x threads"):
         InstanceSpec(name="bad", gpu_model="x", gpus=8, gpu_memory_mib=1, vcpus=100, sockets=2,
                      cores_per_socket=48, threads_per_core=2, memory_mib=1, network_cards=1,
-                     efa_count=1, efa_on_card0=True, local_nvme_gb=0, efa_gbps=1, cpu_vendor="x")
+                     efa_count=1, efa_on_card0=True, local_nvme_gb=0, efa_gbps=1)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.node_shell import fill_placeholders
 from tests.slurm_harness import (
     SlurmLayout,
     SlurmTestCluster,
@@ -47,7 +48,7 @@ def cluster(tmp_path):
     layout = SlurmLayout(tmp_path)
     spec = host_profile_spec()
     files = sc.render_slurm_files("reaper", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = sc.fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
+    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
         "CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8})
     c = SlurmTestCluster(layout)
     c.write_configs({
@@ -58,7 +59,7 @@ def cluster(tmp_path):
     })
     c.start_munged()
     c.start_slurmctld()
-    line = sc.fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
+    line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
     c.start_slurmd(line)
     c.wait_node_state(host_short_name())
     yield c

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from model.catalog import CATALOG
-from tests.node_shell import max_node_count
+from tests.node_shell import fill_placeholders, max_node_count
 from userdata import layout as node_layout
 from userdata import slurm_conf as sc
 from userdata import templating
@@ -196,7 +196,7 @@ def test_placeholders_are_sed_safe():
 def test_fill_placeholders_matches_sed():
     text = _conf()
     values = {"CONTROLLER_HOST": "ip-10-0-0-5", "CONTROLLER_ADDR": "10.0.0.5", "MAX_NODES": max_node_count(16)}
-    filled = sc.fill_placeholders(text, values)
+    filled = fill_placeholders(text, values)
     assert "SlurmctldHost=ip-10-0-0-5(10.0.0.5)\n" in filled
     assert "MaxNodeCount=36\n" in filled
     assert "@" not in filled
@@ -206,9 +206,9 @@ def test_fill_placeholders_matches_sed():
 
 def test_fill_placeholders_refuses_missing_and_unsafe_values():
     with pytest.raises(ValueError, match="@MAX_NODES@"):
-        sc.fill_placeholders(_conf(), {"CONTROLLER_HOST": "h", "CONTROLLER_ADDR": "10.0.0.1"})
+        fill_placeholders(_conf(), {"CONTROLLER_HOST": "h", "CONTROLLER_ADDR": "10.0.0.1"})
     with pytest.raises(ValueError, match="sed-safe"):
-        sc.fill_placeholders("@A@", {"A": "x|y"})
+        fill_placeholders("@A@", {"A": "x|y"})
 
 
 @pytest.mark.parametrize(("nodes", "expected"), [(1, 6), (2, 8), (16, 36), (1024, 2052), (4096, 8196)])
@@ -294,7 +294,7 @@ def test_slurmd_default_carries_the_node_line(name, tmp_path):
     text = sc.render_slurm_files("demo", "train", CATALOG[name])[node_layout.SLURMD_DEFAULT_TEMPLATE]
     assert _body(text) == [f'SLURMD_NODE_CONF="{EXPECTED_CONF_ARG[name]}"']
     # Filled like the boot does, the file sources to exactly one --conf argument.
-    filled = sc.fill_placeholders(text, {"NODE_ADDR": "10.0.7.9", "NODE_BLOCK": "a"})
+    filled = fill_placeholders(text, {"NODE_ADDR": "10.0.7.9", "NODE_BLOCK": "a"})
     env = tmp_path / "slurmd"
     env.write_text(filled)
     out = subprocess.run(["bash", "-c", f'. "{env}"; printf "%s" "$SLURMD_NODE_CONF"'],

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from model.catalog import CATALOG
-from tests.node_shell import max_node_count
+from tests.node_shell import fill_placeholders, max_node_count
 from tests.slurm_harness import (
     SYSROOT_ENV,
     SlurmLayout,
@@ -49,7 +49,7 @@ CLUSTER, PARTITION = "oracle", "train"
 def _config(spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None,
             cgroup_plugin: str | None = None) -> dict[str, str]:
     files = sc.render_slurm_files(CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin())
-    conf = sc.fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
+    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
         "CONTROLLER_HOST": host_short_name(),
         "CONTROLLER_ADDR": "127.0.0.1",
         "MAX_NODES": max_node_count(expected_nodes),
@@ -139,7 +139,7 @@ def test_dynamic_node_registers_and_runs_steps(cluster):
     cluster.write_configs(_config(spec, cluster.layout, expected_nodes=2))
     cluster.start_munged()
     cluster.start_slurmctld()
-    line = sc.fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
+    line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
     cluster.start_slurmd(line)
     node = cluster.wait_node_state(host_short_name())
     assert node["NodeAddr"] == "127.0.0.1"
@@ -190,7 +190,7 @@ def test_gpu_node_gres_and_def_cpu_per_gpu(cluster):
                                   cgroup_plugin="autodetect"))
     cluster.start_munged()
     cluster.start_slurmctld()
-    line = sc.fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "on-demand"})
+    line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "on-demand"})
     cluster.start_slurmd(line)
     node = cluster.wait_node_state(host_short_name())
     assert node["Gres"] == "gpu:2"

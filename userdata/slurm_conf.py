@@ -44,12 +44,9 @@ UID being the same in every image that ever mounts the file system.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-
 
 from model.catalog import InstanceSpec
 from userdata import layout, templating
-
 
 # --- placeholders filled at boot ----------------------------------------------------
 
@@ -65,8 +62,6 @@ NODE_PLACEHOLDERS: dict[str, str] = {
     "NODE_BLOCK": "@NODE_BLOCK@",  # GpuClusterBlock tag: block name or `on-demand`
 }
 """Placeholders in the slurmd --conf line (slurmd_conf_arg)."""
-
-_PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 
 # MaxNodeCount = 2 * N + 4 (N = expected nodes, GpuClusterNodes tag). On EC2 a
 # replacement node comes up with a new address and therefore a new hostname
@@ -94,21 +89,6 @@ _BLOCK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # config block names and `o
 
 
 # --- pure helpers -------------------------------------------------------------------
-
-def fill_placeholders(text: str, values: Mapping[str, object]) -> str:
-    """Replace `@NAME@` with values[NAME], as the boot's sed does.
-
-    Raises ValueError for a placeholder left without a value, and for a value the
-    boot's `sed 's|@NAME@|value|g'` could not carry (`|`, `&`, `\\`, newline).
-    """
-    for name, value in values.items():
-        if re.search(r"[|&\\\n]", str(value)):
-            raise ValueError(f"value for @{name}@ is not sed-safe: {value!r}")
-    missing = sorted({m for m in _PLACEHOLDER.findall(text) if m not in values})
-    if missing:
-        raise ValueError("no value for " + ", ".join(f"@{m}@" for m in missing))
-    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
-
 
 def instance_type_feature(instance_type: str) -> str:
     """Node feature naming the instance type, e.g. `p5.48xlarge` (`--constraint=`)."""
