@@ -26,10 +26,11 @@ TOOL = BOOT / "bin" / "gpu-cluster-image"
 IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
 SQSH_NAME = "nvcr.io+nvidia+pytorch+24.07-py3.sqsh"
 
-# `enroot import -o OUT URI`: records the call, takes a while, writes OUT.
+# `enroot import -o OUT URI`: records the call, takes IMPORT_SECONDS (a real import
+# takes minutes; only the concurrency test needs the imports to overlap), writes OUT.
 FAKE_ENROOT = """#!/usr/bin/env bash
 echo "enroot $*" >>"$ENROOT_LOG"
-if [ "$1" = import ] && [ "$2" = -o ]; then sleep 1; echo "squash of $4" >"$3"; exit 0; fi
+if [ "$1" = import ] && [ "$2" = -o ]; then sleep "${IMPORT_SECONDS:-0}"; echo "squash of $4" >"$3"; exit 0; fi
 exit 0
 """
 
@@ -56,6 +57,7 @@ def _enroot_calls(tmp_path: Path) -> list[str]:
 
 
 def test_concurrent_jobs_import_the_image_once(tmp_path, env):
+    env = dict(env, IMPORT_SECONDS="1")
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: _tool(env, IMAGE), range(4)))
     out = f"{tmp_path}/fsx/images/{SQSH_NAME}"
@@ -120,7 +122,8 @@ def _gate_tree(tmp_path: Path, image: str) -> Path:
     return base
 
 
-def _run_gate(tmp_path: Path, env: dict[str, str], base: Path) -> tuple[subprocess.CompletedProcess, dict]:
+def _run_gate(tmp_path: Path, env: dict[str, str], base: Path, nodes: int = 2,
+              down: str = "") -> tuple[subprocess.CompletedProcess, dict]:
     fakebin = tmp_path / "bin"
     for name, body in (("srun", FAKE_GPU_SRUN), ("scontrol", FAKE_GPU_SCONTROL), ("sinfo", FAKE_SINFO),
                        ("nvidia-smi", "#!/bin/sh\nexit 0\n"), ("fi_pingpong", "#!/bin/sh\nexit 0\n")):
@@ -131,8 +134,11 @@ def _run_gate(tmp_path: Path, env: dict[str, str], base: Path) -> tuple[subproce
     for exe in ("all_reduce_perf", "alltoall_perf"):
         (d / exe).write_text("")
         (d / exe).chmod(0o755)
-    env = dict(env, SLURM_JOB_ID="7", SLURM_JOB_NODELIST="n[1-4]", FAKE_BAD="", FAKE_LOG=str(tmp_path / "calls.log"),
-               DATA=str(DATA), VALIDATION_CUDA_ROOT=str(tmp_path / "usr"))
+    # two nodes are one pair: enough for the image steps, and each gate run stays short
+    env = dict(env, SLURM_JOB_ID="7", SLURM_JOB_NODELIST=f"n[1-{nodes}]",
+               FAKE_NODES=" ".join(f"n{i}" for i in range(1, nodes + 1)), FAKE_BAD="", FAKE_LOG=str(tmp_path / "calls.log"),
+               DATA=str(DATA), VALIDATION_CUDA_ROOT=str(tmp_path / "usr"), VALIDATION_PINGPONG_SERVER_WAIT="0",
+               FAKE_CONTAINER_DOWN=down)
     proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], env=env,
                           capture_output=True, text=True, timeout=300)
     root = tmp_path / "fsx" / ".gpu-cluster" / "demo" / "validation"
@@ -146,12 +152,15 @@ def _container_sruns(tmp_path: Path) -> list[str]:
 
 def test_gate_imports_a_registry_image_once_and_runs_the_squash_file_by_name(tmp_path, env):
     proc, report = _run_gate(tmp_path, env, _gate_tree(tmp_path, IMAGE))
-    torch = [(r["step"], r["verdict"]) for r in report["steps"] if r["step"].startswith("torch")]
-    assert torch == [("torch_all_reduce", "GO"), ("torch_all_to_all", "GO")], proc.stdout + proc.stderr
+    torch = [(r["step"], r["verdict"]) for r in report["steps"] if r["step"] == "container" or r["step"].startswith("torch")]
+    assert torch == [("container", "GO"), ("torch_all_reduce", "GO"), ("torch_all_to_all", "GO")], proc.stdout + proc.stderr
     sqsh = f"{tmp_path}/fsx/images/{SQSH_NAME}"
+    # one import for both the container step and the torch steps
     assert len(_enroot_calls(tmp_path)) == 1 and _enroot_calls(tmp_path)[0].startswith(f"enroot import -o {sqsh}.partial.")
     sruns = _container_sruns(tmp_path)
-    assert len(sruns) == 2
+    assert len(sruns) == 3
+    assert sruns[0] == (f"srun -N 2 --ntasks-per-node=1 --container-image={sqsh} --container-name=gpu-cluster-validation-7 "
+                        '--container-mounts=/fsx:/fsx sh -c echo "container-ok $(hostname -s)"')
     for line in sruns:
         # never the registry reference (a pull per node and step), always the file, by name
         assert f"--container-image={sqsh} " in line and "--container-name=gpu-cluster-validation-7 " in line
@@ -164,15 +173,27 @@ def test_gate_uses_a_squash_file_image_as_it_is(tmp_path, env):
     proc, report = _run_gate(tmp_path, env, _gate_tree(tmp_path, str(sqsh)))
     assert _enroot_calls(tmp_path) == []
     sruns = _container_sruns(tmp_path)
-    assert len(sruns) == 2 and all(f"--container-image={sqsh} " in line for line in sruns), proc.stderr
+    assert len(sruns) == 3 and all(f"--container-image={sqsh} " in line for line in sruns), proc.stderr
+    assert [(r["step"], r["verdict"]) for r in report["steps"]][0] == ("container", "GO")
+
+
+def test_gate_container_step_is_nogo_when_the_image_runs_on_fewer_nodes(tmp_path, env):
+    sqsh = tmp_path / "fsx" / "images" / "test.sqsh"
+    sqsh.write_text("squash")
+    proc, report = _run_gate(tmp_path, env, _gate_tree(tmp_path, str(sqsh)), nodes=3, down="n2")
+    step = report["steps"][0]
+    assert (step["step"], step["nodes"], step["verdict"]) == ("container", ["n1", "n2", "n3"], "NO-GO"), proc.stderr
+    assert step["reasons"] == ["the container ran on 2 of 3 node(s)"] and step["notes"] == ["n1", "n3"]
+    assert report["verdict"] == "NO-GO"
 
 
 def test_gate_reports_a_failed_import_as_the_reason(tmp_path, env):
     (tmp_path / "bin" / "enroot").write_text('#!/bin/sh\necho "[ERROR] 401 Unauthorized" >&2\nexit 1\n')
     proc, report = _run_gate(tmp_path, env, _gate_tree(tmp_path, IMAGE))
-    torch = [r for r in report["steps"] if r["step"].startswith("torch")]
-    assert [(r["step"], r["verdict"]) for r in torch] == [("torch_all_reduce", "SKIPPED")]
-    assert torch[0]["reasons"][0].startswith(f"cannot import {IMAGE} into a squash file on /fsx: gpu-cluster-image: enroot import")
+    torch = [r for r in report["steps"] if r["step"] == "container" or r["step"].startswith("torch")]
+    assert [(r["step"], r["verdict"]) for r in torch] == [("container", "SKIPPED"), ("torch_all_reduce", "SKIPPED")]
+    for r in torch:
+        assert r["reasons"][0].startswith(f"cannot import {IMAGE} into a squash file on /fsx: gpu-cluster-image: enroot import")
     assert _container_sruns(tmp_path) == []
 
 

@@ -233,7 +233,7 @@ def test_training_job_template(instance_type, cpus):
     assert "#SBATCH --gres=gpu:8" in lines and "#SBATCH --ntasks-per-node=8" in lines
     assert "#SBATCH --partition=train" in lines
     assert "#SBATCH --time=04:00:00" in lines  # a Capacity Block's end reservation needs a limit
-    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)' in lines
+    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)' in lines  # reads all: no SIGPIPE under pipefail
     assert "srun --export=ALL,MASTER_ADDR=" in job and "--container-image=" in job
     host = nf.files["/opt/gpu-cluster/templates/jobs/nccl-host.sbatch"].decode()
     assert f"#SBATCH --cpus-per-task={cpus}" in host and "--mpi=pmix --export=ALL," in host

@@ -309,8 +309,8 @@ esac
 """
 
 
-def fake_gate(tmp_path, mpi):
-    c = ctx("local", gpus=0, vcpus=2, cpus_per_gpu=2, efa_count=0, efa_gbps=0, container_image="",
+def fake_gate(tmp_path, mpi, image=""):
+    c = ctx("local", gpus=0, vcpus=2, cpus_per_gpu=2, efa_count=0, efa_gbps=0, container_image=image,
             fsx_root=str(tmp_path / "fsx"))
     base = tmp_path / "opt"
     for path, content in validation_files(c).items():
@@ -333,23 +333,29 @@ def fake_gate(tmp_path, mpi):
     return proc, json.loads((root / run_id / "report.json").read_text()), run_id
 
 
-def test_gate_on_cpu_only_cluster_runs_pmix_and_skips_the_rest(tmp_path):
-    proc, report, run_id = fake_gate(tmp_path, "pmix")
+# srun without Pyxis: the container step is skipped for either reason, the rest runs
+@pytest.mark.parametrize("image,reason", [
+    ("", "no container_image configured"),
+    ("/fsx/images/pytorch.sqsh", "pyxis not loaded: srun --help has no --container-image"),
+])
+def test_gate_on_cpu_only_cluster_runs_pmix_and_skips_the_rest(tmp_path, image, reason):
+    proc, report, run_id = fake_gate(tmp_path, "pmix", image)
     assert proc.returncode == 0, proc.stderr
     assert run_id.endswith("-42") and report["nodes"] == ["n1", "n2"]
     steps = [(r["step"], r["verdict"]) for r in report["steps"]]
-    assert steps == [("pmix", "GO"), ("single", "SKIPPED"), ("all_reduce", "SKIPPED"),
+    assert steps == [("container", "SKIPPED"), ("pmix", "GO"), ("single", "SKIPPED"), ("all_reduce", "SKIPPED"),
                      ("torch_all_reduce", "SKIPPED"), ("pingpong", "SKIPPED")]
-    assert report["steps"][1]["reasons"][0].startswith("no nvidia-smi or no GPU on")
+    assert report["steps"][0]["reasons"] == [reason] and report["steps"][0]["nodes"] == ["n1", "n2"]
+    assert report["steps"][2]["reasons"][0].startswith("no nvidia-smi or no GPU on")
     assert report["verdict"] == "GO" and not (tmp_path / "fsx" / "validation" / "baseline.json").exists()
 
 
 def test_gate_without_pmix_stops_and_is_nogo(tmp_path):
     proc, report, _ = fake_gate(tmp_path, "pmi2")
     steps = [(r["step"], r["verdict"]) for r in report["steps"]]
-    assert steps == [("pmix", "NO-GO"), ("single", "SKIPPED")]
+    assert steps == [("container", "SKIPPED"), ("pmix", "NO-GO"), ("single", "SKIPPED")]
     assert report["verdict"] == "NO-GO"
-    assert "pmix not listed by srun --mpi=list" in report["steps"][0]["reasons"][0]
+    assert "pmix not listed by srun --mpi=list" in report["steps"][1]["reasons"][0]
 
 
 def test_status_command_reads_latest(tmp_path):
@@ -370,12 +376,33 @@ case "$1" in
   --mpi=list) printf 'MPI plugin types are...\\n\\tnone\\n\\tpmix\\n'; exit 0 ;;
   --help) echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'; exit 0 ;;
 esac
-nodes=""; prev=""
+nodes=""; prev=""; n=1
 for a in "$@"; do
   [ "$prev" = "-w" ] && nodes=$a
+  [ "$prev" = "-N" ] && n=$a
   prev=$a
 done
 echo "srun $*" >>"$FAKE_LOG"
+# Pyxis: run the command once per node (-w, else the first -N of the allocation) with
+# that node's name as hostname; FAKE_CONTAINER_DOWN lists nodes where the container fails
+pyxis() {
+  local node rc=0 host
+  while [ $# -gt 0 ]; do
+    case $1 in -N | -n | -w) shift 2 ;; -*) shift ;; *) break ;; esac
+  done
+  [ -n "$nodes" ] || nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n "$n" | paste -sd, -)
+  host=$(mktemp -d)
+  for node in ${nodes//,/ }; do
+    if [[ ",$FAKE_CONTAINER_DOWN," == *",$node,"* ]]; then
+      echo "$node: pyxis: couldn't start container" >&2; rc=1; continue
+    fi
+    printf '#!/bin/sh\necho %s\n' "$node" >"$host/hostname"
+    chmod +x "$host/hostname"
+    PATH="$host:$PATH" "$@" || rc=1
+  done
+  rm -rf "$host"
+  return "$rc"
+}
 case "$*" in
   *all_reduce_perf*-e\\ 1G*) cat "$DATA/efa_p5_allreduce_16g.log" ;;
   *_perf*)
@@ -387,19 +414,21 @@ case "$*" in
   *fi_pingpong*10.0.0.*)
     echo 'bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec'
     echo '64      10k     =10k     1.2m        0.22s      5.90      10.85       0.09' ;;
-  *fi_pingpong*) sleep 1 ;;
+  *fi_pingpong*) sleep 0.2 ;;
+  *--container-image=*) pyxis "$@" ;;
   *) echo "unexpected srun $*" >&2; exit 1 ;;
 esac
 """
+# FAKE_NODES: the allocation's nodes (4 unless a test needs fewer)
 FAKE_GPU_SCONTROL = """#!/usr/bin/env bash
 case "$1 $2" in
-  "show hostnames") printf 'n1\\nn2\\nn3\\nn4\\n' ;;
+  "show hostnames") printf '%s\\n' ${FAKE_NODES:-n1 n2 n3 n4} ;;
   "show node") echo "NodeName=$3 Arch=x86_64 NodeAddr=10.0.0.${3#n} NodeHostName=$3" ;;
   *) echo "scontrol $*" >>"$FAKE_LOG" ;;
 esac
 """
 FAKE_SINFO = """#!/usr/bin/env bash
-printf 'n1 block-a,p5.48xlarge\\nn2 block-a,p5.48xlarge\\nn3 block-a,p5.48xlarge\\nn4 block-a,p5.48xlarge\\n'
+printf '%s block-a,p5.48xlarge\\n' ${FAKE_NODES:-n1 n2 n3 n4}
 """
 
 
@@ -424,14 +453,16 @@ def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
             (d / exe).chmod(0o755)
     env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", SLURM_JOB_ID="7",
                SLURM_JOB_NODELIST="n[1-4]", FAKE_BAD="n3", FAKE_LOG=str(tmp_path / "calls.log"),
-               DATA=str(DATA), VALIDATION_CUDA_ROOT=str(tmp_path / "usr"))
+               DATA=str(DATA), VALIDATION_CUDA_ROOT=str(tmp_path / "usr"), VALIDATION_PINGPONG_SERVER_WAIT="0")
     proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], env=env,
                           capture_output=True, text=True, timeout=300)
     root = tmp_path / "fsx" / "validation"
     report = json.loads((root / (root / "latest").read_text().strip() / "report.json").read_text())
     got = [(r["step"], "+".join(r["nodes"]), r["verdict"]) for r in report["steps"]]
-    assert got[:5] == [("pmix", "n1+n2+n3+n4", "GO"), ("single", "n1", "GO"), ("single", "n2", "GO"),
-                       ("single", "n3", "GO"), ("single", "n4", "GO")], proc.stdout + proc.stderr
+    assert got[:6] == [("container", "n1+n2+n3+n4", "GO"), ("pmix", "n1+n2+n3+n4", "GO"), ("single", "n1", "GO"),
+                       ("single", "n2", "GO"), ("single", "n3", "GO"), ("single", "n4", "GO")], proc.stdout + proc.stderr
+    # the image's own hostname answers from every node (the fake srun plays Pyxis)
+    assert report["steps"][0]["notes"] == ["n1", "n2", "n3", "n4"]
     host = [g for g in got if g[0] in ("all_reduce", "alltoall")]
     assert host == [("all_reduce", "n1+n2", "GO"), ("alltoall", "n1+n2", "GO"),
                     ("all_reduce", "n2+n3", "NO-GO"), ("alltoall", "n2+n3", "GO"),

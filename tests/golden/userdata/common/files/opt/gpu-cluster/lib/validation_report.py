@@ -49,6 +49,11 @@ def limit_for(step, config, baseline_figures):
     return (limit, source)
 
 def check_step(config, baseline_figures, step, text):
+    if step == 'container':
+        hosts = sorted(set(re.findall('^container-ok (\\S+)$', text, re.M)))
+        want = int(re.search('^# nodes=(\\d+)', text, re.M).group(1)) if re.search('^# nodes=', text, re.M) else 1
+        ok = len(hosts) >= want
+        return {'tool': 'srun --container-image', 'verdict': 'GO' if ok else 'NO-GO', 'reasons': [] if ok else [f'the container ran on {len(hosts)} of {want} node(s)'], 'notes': hosts}
     if step == 'pmix':
         ok = re.search('\\bpmix', text) is not None
         return {'tool': 'srun --mpi=list', 'verdict': 'GO' if ok else 'NO-GO', 'reasons': [] if ok else ['pmix not listed by srun --mpi=list: Slurm built without PMIx (--with-pmix)'], 'notes': []}
@@ -230,7 +235,7 @@ def main(argv=None):
     s.add_argument('--features', required=True, help="file with `sinfo -h -N -o '%%N %%f'` output")
     for name in ('check', 'skip'):
         s = sub.add_parser(name)
-        s.add_argument('--step', required=True, choices=('pmix',) + tuple(FIGURES))
+        s.add_argument('--step', required=True, choices=('pmix', 'container') + tuple(FIGURES))
         s.add_argument('--nodes', required=True)
         s.add_argument('--kind', default='')
         s.add_argument('--log' if name == 'check' else '--reason', required=True)

@@ -150,11 +150,14 @@ def parse_nccl_tests(text, lines):
         want = _expected_last(minb, maxb, step, mode)
         prev = want / step if mode == 'factor' and step > 1 else want - step
         if rows and r['max_size_bytes'] <= prev:
-            r['reasons'].append(f"stopped at {r['max_size_bytes']} bytes, before the requested largest size {want}")
+            _stopped_short(r, r['max_size_bytes'], want)
     else:
         r['notes'].append('no nccl-tests header line: requested size range unknown')
     _failures(lines, r)
     return r
+
+def _stopped_short(r, reached, requested) -> None:
+    r['reasons'].append(f'stopped at {reached} bytes, before the requested largest size {requested}')
 
 def parse_torch(lines):
     r = _new('torch_comm_bench')
@@ -171,7 +174,7 @@ def parse_torch(lines):
         last = max(rows, key=lambda x: int(x.group(2)))
         r.update(max_size_bytes=int(last.group(2)), algbw=float(last.group(4)), busbw=float(last.group(5)))
         if head and int(last.group(2)) < int(head.group(4)):
-            r['reasons'].append(f'stopped at {last.group(2)} bytes, before the requested largest size {head.group(4)}')
+            _stopped_short(r, last.group(2), head.group(4))
     if not any((ln.startswith('# torch_comm_bench done') for ln in lines)):
         r['reasons'].append('never reached the summary line (# torch_comm_bench done)')
     _failures(lines, r)

@@ -37,6 +37,9 @@ readonly RUN="$RESULTS/$RUN_ID"
 readonly LOGS="$RUN/logs"
 # where the DLAMI keeps CUDA; only tests point it elsewhere
 readonly CUDA_ROOT=${VALIDATION_CUDA_ROOT:-/usr/local}
+# seconds the fi_pingpong server gets to open its endpoint before the client starts;
+# only tests set it lower (their fake server is up at once)
+readonly PP_SERVER_WAIT=${VALIDATION_PINGPONG_SERVER_WAIT:-5}
 
 log() { printf '%s validation: %s\n' "$(date -u +%FT%TZ)" "$*"; }
 report() { python3 "$LIB/validation_report.py" --config "$CONFIG" --run "$RUN" "$@"; }
@@ -116,7 +119,7 @@ pingpong_pair() {
   timeout --kill-after=10 "$T_PING" srun --overlap -N 1 -n 1 -w "$a" \
     "$pp" -p efa -e rdm -I 10000 -S 64 </dev/null >"$LOGS/pingpong-server-$a.log" 2>&1 &
   server=$!
-  sleep 5
+  sleep "$PP_SERVER_WAIT"
   run_step pingpong "$a,$b" "$kind" "$T_PING" "$out" -- \
     srun --overlap -N 1 -n 1 -w "$b" "$pp" -p efa -e rdm -I 10000 -S 64 "$addr" || rc=1
   wait "$server" || true
@@ -188,6 +191,26 @@ gpu_steps() {
   done
 }
 
+# container_step NODES: the image runs through Pyxis + Enroot on every node (no GPU
+# needed): the squash file imported once, one task per node.
+container_step() {
+  local nodes=$1 n sqsh
+  n=$(tr ',' '\n' <<<"$nodes" | grep -c .)
+  if [ -z "$IMAGE" ]; then skip container "$nodes" "" "no container_image configured"; return 0; fi
+  if ! srun --help 2>&1 | grep -q -- '--container-image'; then
+    skip container "$nodes" "" "pyxis not loaded: srun --help has no --container-image"; return 0
+  fi
+  if ! sqsh=$(squash_image); then
+    skip container "$nodes" "" "cannot import $IMAGE into a squash file on /fsx: $(tail -n 1 "$LOGS/image-import.log" 2>/dev/null)"
+    return 0
+  fi
+  echo "# nodes=$n image=$IMAGE ($sqsh)" >"$LOGS/container.log"
+  # shellcheck disable=SC2016 # $(hostname -s) expands inside the container, on each node
+  run_step container "$nodes" "" "$T_TORCH" "$LOGS/container.log" -- \
+    srun -N "$n" --ntasks-per-node=1 --container-image="$sqsh" --container-name="$CONTAINER" \
+    --container-mounts=/fsx:/fsx sh -c 'echo "container-ok $(hostname -s)"' || true
+}
+
 finish() {
   # always leave a report, also when a step above died under set -e
   report build --drain || true
@@ -200,6 +223,7 @@ main() {
   report start --nodes "$nodes" --job-id "${SLURM_JOB_ID:-}"
   trap finish EXIT
   log "run $RUN_ID on $nodes"
+  container_step "$nodes"
   if run_step pmix "$nodes" "" 60 "$LOGS/pmix.log" -- srun --mpi=list; then
     gpu_steps "$nodes"
   else
