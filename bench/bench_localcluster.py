@@ -66,16 +66,25 @@ def run_size(n: int, verbose: bool, lane: str) -> dict:
         for kind, secs in r["wait_kinds"].items():
             kinds.setdefault(kind, []).append(secs)
     med = lambda key: statistics.median(r[key] for r in rows.values())  # noqa: E731
-    return {"nodes": n, "seconds_to_all_idle": round(to_idle, 1), "launch_seconds": round(launch, 1),
-            "memory_mib": round(used), "failed": failed, "lane": lane,
-            "machine_pss_mib": _median([m["pss_mib"] for m in per_machine.values()]),
-            "imds_rss_mib": _median([m["imds_rss_mib"] for m in per_machine.values()]),
-            "boot_median": med("boot"), "boot_max": max(r["boot"] for r in rows.values()),
-            "wait_median": med("waits"), "work_median": med("work"),
-            "wait_sum": sum(r["waits"] for r in rows.values()), "work_sum": sum(r["work"] for r in rows.values()),
-            "handoff": max(r["handoff"] for r in rows.values()),
-            "steps": {s: (statistics.median(v), max(v)) for s, v in sorted(steps.items())},
-            "waits": {k: (statistics.median(v), max(v), len(v)) for k, v in sorted(kinds.items())}}
+    return {
+        "nodes": n,
+        "seconds_to_all_idle": round(to_idle, 1),
+        "launch_seconds": round(launch, 1),
+        "memory_mib": round(used),
+        "failed": failed,
+        "lane": lane,
+        "machine_pss_mib": _median([m["pss_mib"] for m in per_machine.values()]),
+        "imds_rss_mib": _median([m["imds_rss_mib"] for m in per_machine.values()]),
+        "boot_median": med("boot"),
+        "boot_max": max(r["boot"] for r in rows.values()),
+        "wait_median": med("waits"),
+        "work_median": med("work"),
+        "wait_sum": sum(r["waits"] for r in rows.values()),
+        "work_sum": sum(r["work"] for r in rows.values()),
+        "handoff": max(r["handoff"] for r in rows.values()),
+        "steps": {s: (statistics.median(v), max(v)) for s, v in sorted(steps.items())},
+        "waits": {k: (statistics.median(v), max(v), len(v)) for k, v in sorted(kinds.items())},
+    }
 
 
 def _median(values: list[float]) -> float | None:
@@ -85,23 +94,31 @@ def _median(values: list[float]) -> float | None:
 def print_table(results: list[dict]) -> None:
     for r in results:
         if r["machine_pss_mib"] is not None:
-            print(f"{r['nodes']:>5} {r['lane']} machines: median {r['machine_pss_mib']} MiB per machine (PSS) "
-                  f"+ {r['imds_rss_mib']} MiB IMDS stand-in (RSS)")
-    print("\nnodes  all idle  nodes made  memory   node boot med/max  waits med  work med  "
-          "  waits/work (all nodes)  hand-off wait")
+            print(
+                f"{r['nodes']:>5} {r['lane']} machines: median {r['machine_pss_mib']} MiB per machine (PSS) "
+                f"+ {r['imds_rss_mib']} MiB IMDS stand-in (RSS)"
+            )
+    print(
+        "\nnodes  all idle  nodes made  memory   node boot med/max  waits med  work med  "
+        "  waits/work (all nodes)  hand-off wait"
+    )
     for r in results:
         share = r["wait_sum"] / (r["wait_sum"] + r["work_sum"]) if r["wait_sum"] + r["work_sum"] else 0
-        print(f"{r['nodes']:>5}  {r['seconds_to_all_idle']:>7.1f}s  {r['launch_seconds']:>9.1f}s  "
-              f"{r['memory_mib']:>5} MiB  {r['boot_median']:>8.1f}/{r['boot_max']:<6.1f}s  "
-              f"{r['wait_median']:>8.1f}s  {r['work_median']:>7.1f}s  "
-              f"{r['wait_sum']:>8.0f}s/{r['work_sum']:.0f}s ({share:.0%})".ljust(24) + f"{r['handoff']:>11.0f}s"
-              + (f"  FAILED: {', '.join(r['failed'])}" if r["failed"] else ""))
+        print(
+            f"{r['nodes']:>5}  {r['seconds_to_all_idle']:>7.1f}s  {r['launch_seconds']:>9.1f}s  "
+            f"{r['memory_mib']:>5} MiB  {r['boot_median']:>8.1f}/{r['boot_max']:<6.1f}s  "
+            f"{r['wait_median']:>8.1f}s  {r['work_median']:>7.1f}s  "
+            f"{r['wait_sum']:>8.0f}s/{r['work_sum']:.0f}s ({share:.0%})".ljust(24)
+            + f"{r['handoff']:>11.0f}s"
+            + (f"  FAILED: {', '.join(r['failed'])}" if r["failed"] else "")
+        )
     sizes = [r["nodes"] for r in results]
     print("\nper-node step seconds, median/max over nodes")
     print(f"{'step':<14}" + "".join(f"{str(n) + ' nodes':>16}" for n in sizes))
     for s in sorted({s for r in results for s in r["steps"]}):
-        cells = [f"{r['steps'][s][0]:>9.1f}/{r['steps'][s][1]:<6.1f}" if s in r["steps"] else f"{'-':>16}"
-                 for r in results]
+        cells = [
+            f"{r['steps'][s][0]:>9.1f}/{r['steps'][s][1]:<6.1f}" if s in r["steps"] else f"{'-':>16}" for r in results
+        ]
         print(f"{s:<14}" + "".join(cells))
     print("\ncoordination waits, seconds, median/max over the nodes that waited (count)")
     print(f"{'waited for':<40}" + "".join(f"{str(n) + ' nodes':>20}" for n in sizes))

@@ -119,10 +119,17 @@ STUB = "#!/bin/sh\n# bench: no slurmctld here; the controller's housekeeping see
 
 
 def rendered_files(nodes: int) -> dict[str, bytes]:
-    cfg = parse_config({"name": NAME, "instance_type": INSTANCE_TYPE,
-                        "network": {"availability_zone": "us-east-2b"}, "capacity": {"nodes": nodes}})
-    return render_userdata(cfg, CATALOG[INSTANCE_TYPE], FsxEndpoint("fs-0bench.fsx.example", "bench"),
-                           "s3://bench/payload-{sha256}.tar.gz").files
+    cfg = parse_config(
+        {
+            "name": NAME,
+            "instance_type": INSTANCE_TYPE,
+            "network": {"availability_zone": "us-east-2b"},
+            "capacity": {"nodes": nodes},
+        }
+    )
+    return render_userdata(
+        cfg, CATALOG[INSTANCE_TYPE], FsxEndpoint("fs-0bench.fsx.example", "bench"), "s3://bench/payload-{sha256}.tar.gz"
+    ).files
 
 
 def env_value(text: str, key: str) -> str:
@@ -187,19 +194,21 @@ class Bench:
     def setup(self) -> None:
         for path, content in self.files.items():
             if path.startswith(layout.HOME + "/"):
-                dest = self.home / path[len(layout.HOME) + 1:]
+                dest = self.home / path[len(layout.HOME) + 1 :]
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(content)
                 dest.chmod(0o755 if content.startswith(b"#!") else 0o644)
         step40 = self.files[STEP40].decode()
         body, last = step40.rstrip("\n").rsplit("\n", 1)
         if last.strip() != 'main "$@"':
-            raise SystemExit(f"{STEP40}: expected the last line to be `main \"$@\"` (the bench sources the "
-                             f"step's functions without running it), found {last!r}; update bench_munge_join.py")
+            raise SystemExit(
+                f'{STEP40}: expected the last line to be `main "$@"` (the bench sources the '
+                f"step's functions without running it), found {last!r}; update bench_munge_join.py"
+            )
         (self.home / "bench-step40-functions.sh").write_text(body + "\n")
         self.etc.mkdir()
         (self.etc / "cluster.env").write_text(self.cluster_env)
-        overrides = (f"FSX_MOUNTPOINT={self.fsx}\nFSX_ROOT={self.fsx_root}\nMUNGE_KEY={self.key}\n")
+        overrides = f"FSX_MOUNTPOINT={self.fsx}\nFSX_ROOT={self.fsx_root}\nMUNGE_KEY={self.key}\n"
         if self.interval != float(env_value(self.cluster_env, "MUNGE_CONTROLLER_INTERVAL")):
             overrides += f"MUNGE_CONTROLLER_INTERVAL={self.interval:g}\n"
         (self.etc / "overrides.env").write_text(overrides)
@@ -223,11 +232,18 @@ class Bench:
         self.joiners_dir.mkdir()
 
     def base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("GPU_CLUSTER", "AWS_EC2", "SLURM", "MUNGE", "FSX", "NODE_", "INSTANCE_ID"))}
-        env.update(GPU_CLUSTER_HOME=str(self.home), GPU_CLUSTER_ETC=str(self.etc),
-                   GPU_CLUSTER_SERVICE_MANAGER="direct", GPU_CLUSTER_PACKAGES="preinstalled",
-                   PATH=f"{self.stubs}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("GPU_CLUSTER", "AWS_EC2", "SLURM", "MUNGE", "FSX", "NODE_", "INSTANCE_ID"))
+        }
+        env.update(
+            GPU_CLUSTER_HOME=str(self.home),
+            GPU_CLUSTER_ETC=str(self.etc),
+            GPU_CLUSTER_SERVICE_MANAGER="direct",
+            GPU_CLUSTER_PACKAGES="preinstalled",
+            PATH=f"{self.stubs}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
+        )
         return env
 
     # --- the responder, as on the controller ----------------------------------------
@@ -235,16 +251,24 @@ class Bench:
         state, run, logs = (self.work / "controller" / d for d in ("state", "run", "log"))
         for d in (state, run, logs):
             d.mkdir(parents=True)
-        (state / "identity.env").write_text("INSTANCE_ID='i-benchctl'\nNODE_NAME='ctl'\nNODE_ROLE='controller'\n"
-                                            "NODE_ADDR='127.0.0.1'\nGPU_CLUSTER_NODES='1'\n")
-        env = {**self.base_env(), "GPU_CLUSTER_STATE": str(state), "GPU_CLUSTER_RUN": str(run),
-               "GPU_CLUSTER_LOG_DIR": str(logs), **extra_env}
-        argv = ["bash", str(self.home / RESPONDER[len(layout.HOME) + 1:])]
+        (state / "identity.env").write_text(
+            "INSTANCE_ID='i-benchctl'\nNODE_NAME='ctl'\nNODE_ROLE='controller'\n"
+            "NODE_ADDR='127.0.0.1'\nGPU_CLUSTER_NODES='1'\n"
+        )
+        env = {
+            **self.base_env(),
+            "GPU_CLUSTER_STATE": str(state),
+            "GPU_CLUSTER_RUN": str(run),
+            "GPU_CLUSTER_LOG_DIR": str(logs),
+            **extra_env,
+        }
+        argv = ["bash", str(self.home / RESPONDER[len(layout.HOME) + 1 :])]
         if cpus:
             argv = ["taskset", "-c", cpus, *argv]
         with open(self.responder_log, "wb") as log:
-            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.started.append(proc.pid)
         return proc
 
@@ -271,10 +295,14 @@ class Bench:
         workers = os.cpu_count() or 1
         chunks = [todo[k::workers] for k in range(workers)]
         with tempfile.TemporaryDirectory(dir=self.work) as scratch:
+
             def run(ids: list[str]) -> None:
                 if ids:
-                    subprocess.run(["bash", "-c", KEYGEN, "keygen", str(self.home / "lib"), str(self.key_cache),
-                                    scratch, *ids], check=True)
+                    subprocess.run(
+                        ["bash", "-c", KEYGEN, "keygen", str(self.home / "lib"), str(self.key_cache), scratch, *ids],
+                        check=True,
+                    )
+
             with concurrent.futures.ThreadPoolExecutor(workers) as pool:
                 list(pool.map(run, chunks))
         return len(todo), time.monotonic() - t0
@@ -288,20 +316,36 @@ class Bench:
             state, run = root / "state", root / "run"
             run.mkdir(parents=True)
             shutil.copytree(self.key_cache / jid, state / "munge-join")  # reused by mj_request
-            env = {**base, "GPU_CLUSTER_STATE": str(state), "GPU_CLUSTER_RUN": str(run),
-                   "GPU_CLUSTER_LOG_DIR": str(root), "GC_STEP": "40-munge",
-                   # the identity step 10 would read from IMDS
-                   "INSTANCE_ID": jid, "NODE_NAME": f"bench{i:05d}", "NODE_ROLE": "worker",
-                   "NODE_ADDR": "127.0.0.1", "GPU_CLUSTER_NODES": str(n + 1),
-                   "BENCH_STEP40_LIB": str(self.home / "bench-step40-functions.sh"),
-                   "BENCH_JOIN_TIMEOUT": str(timeout), "BENCH_GO": str(go),
-                   "BENCH_READY": str(root / "ready"), "BENCH_RESULT": str(root / "result")}
+            env = {
+                **base,
+                "GPU_CLUSTER_STATE": str(state),
+                "GPU_CLUSTER_RUN": str(run),
+                "GPU_CLUSTER_LOG_DIR": str(root),
+                "GC_STEP": "40-munge",
+                # the identity step 10 would read from IMDS
+                "INSTANCE_ID": jid,
+                "NODE_NAME": f"bench{i:05d}",
+                "NODE_ROLE": "worker",
+                "NODE_ADDR": "127.0.0.1",
+                "GPU_CLUSTER_NODES": str(n + 1),
+                "BENCH_STEP40_LIB": str(self.home / "bench-step40-functions.sh"),
+                "BENCH_JOIN_TIMEOUT": str(timeout),
+                "BENCH_GO": str(go),
+                "BENCH_READY": str(root / "ready"),
+                "BENCH_RESULT": str(root / "result"),
+            }
             argv = ["bash", "-c", JOINER, "joiner"]
             if cpus:
                 argv = ["taskset", "-c", cpus, *argv]
             with open(root / "join.log", "wb") as log:
-                p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                p = subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             self.started.append(p.pid)
             procs.append(p)
         return procs
@@ -312,8 +356,11 @@ class Bench:
         if not k.exists():
             return False
         st = k.stat()
-        return (k.read_bytes() == self.key.read_bytes() and st.st_mode & 0o777 == 0o400
-                and st.st_uid == pwd.getpwnam("munge").pw_uid)
+        return (
+            k.read_bytes() == self.key.read_bytes()
+            and st.st_mode & 0o777 == 0o400
+            and st.st_uid == pwd.getpwnam("munge").pw_uid
+        )
 
     def plaintext_key_on_fsx(self) -> list[str]:
         key = self.key.read_bytes()
@@ -330,8 +377,13 @@ class Bench:
         trace = self.work / "profile" / "trace"
         env = {**self.base_env(), "BENCH_TRACE": str(trace), **extra_env}
         t0 = time.monotonic()
-        out = subprocess.run(["bash", "-c", PROFILE, "profile", str(self.key), str(req), str(resp)], env=env,
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            ["bash", "-c", PROFILE, "profile", str(self.key), str(req), str(resp)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         wall = time.monotonic() - t0
         answered = int(out.stdout.strip() or 0)
         per_cmd: dict[str, float] = {}
@@ -350,9 +402,13 @@ class Bench:
                 name = name[:2] + "...]]" if name.startswith("[[") else "((...))"
             per_cmd[name] = per_cmd.get(name, 0.0) + (nxt - ts)
         top = sorted(per_cmd.items(), key=lambda kv: -kv[1])[:8]
-        return {"requests": n, "answered": answered, "wall_s": round(wall, 2),
-                "ms_per_request": round(1000 * wall / max(n, 1), 1),
-                "ms_per_request_by_command": {k: round(1000 * v / max(n, 1), 1) for k, v in top}}
+        return {
+            "requests": n,
+            "answered": answered,
+            "wall_s": round(wall, 2),
+            "ms_per_request": round(1000 * wall / max(n, 1), 1),
+            "ms_per_request_by_command": {k: round(1000 * v / max(n, 1), 1) for k, v in top},
+        }
 
 
 def run_size(args: argparse.Namespace, n: int) -> dict:
@@ -414,23 +470,30 @@ def run_size(args: argparse.Namespace, n: int) -> dict:
                 failed.append(joiner_id(i))
         answered_lines = [ln for ln in b.responder_log.read_text(errors="replace").splitlines() if "answered" in ln]
         all_hold = max(ends) if ends and not failed else None
-        result.update({
-            "holding": len(per), "failed": failed[:20], "failed_count": len(failed),
-            "seconds_until_all_hold": round(all_hold, 1) if all_hold is not None else None,
-            "per_joiner_p50_s": round(statistics.median(per), 1) if per else None,
-            "per_joiner_p95_s": round(pct(per, 0.95), 1) if per else None,
-            "per_joiner_max_s": round(max(per), 1) if per else None,
-            "responder_cpu_s": round(rcpu, 1), "responder_cpu_ms_per_request": round(1000 * rcpu / max(n, 1), 1),
-            "responder_core_share": round(rcpu / wall, 2) if wall else None,
-            "responder_passes_answering": len(answered_lines),
-            "joiners_cpu_s": round(joiners_cpu, 1),
-            "controller_interval_s": b.interval, "responder_env": args.responder_env, "pinned": pin,
-            "load_before": round(load, 2),
-            "requests_left": len(list((b.m / "requests").glob("*.pem"))),
-            "responses_left": len(list((b.m / "responses").glob("*.cms"))),
-            "plaintext_key_on_fsx": b.plaintext_key_on_fsx(),
-            "goal_s": args.goal,
-        })
+        result.update(
+            {
+                "holding": len(per),
+                "failed": failed[:20],
+                "failed_count": len(failed),
+                "seconds_until_all_hold": round(all_hold, 1) if all_hold is not None else None,
+                "per_joiner_p50_s": round(statistics.median(per), 1) if per else None,
+                "per_joiner_p95_s": round(pct(per, 0.95), 1) if per else None,
+                "per_joiner_max_s": round(max(per), 1) if per else None,
+                "responder_cpu_s": round(rcpu, 1),
+                "responder_cpu_ms_per_request": round(1000 * rcpu / max(n, 1), 1),
+                "responder_core_share": round(rcpu / wall, 2) if wall else None,
+                "responder_passes_answering": len(answered_lines),
+                "joiners_cpu_s": round(joiners_cpu, 1),
+                "controller_interval_s": b.interval,
+                "responder_env": args.responder_env,
+                "pinned": pin,
+                "load_before": round(load, 2),
+                "requests_left": len(list((b.m / "requests").glob("*.pem"))),
+                "responses_left": len(list((b.m / "responses").glob("*.cms"))),
+                "plaintext_key_on_fsx": b.plaintext_key_on_fsx(),
+                "goal_s": args.goal,
+            }
+        )
         result["goal_met"] = all_hold is not None and all_hold <= args.goal
         if failed:
             result["first_failed_log"] = (b.joiners_dir / failed[0] / "join.log").read_text(errors="replace")[-1500:]
@@ -451,33 +514,45 @@ def run_size(args: argparse.Namespace, n: int) -> dict:
 
 def print_result(r: dict) -> None:
     extra = f", responder env {' '.join(r['responder_env'])}" if r.get("responder_env") else ""
-    print(f"\n== {r['joiners']} joiners (responder interval {r.get('controller_interval_s')} s{extra}, "
-          f"{'pinned: responder CPU 0, joiners the rest' if r.get('pinned') else 'not pinned'}, "
-          f"load before {r.get('load_before')})")
+    print(
+        f"\n== {r['joiners']} joiners (responder interval {r.get('controller_interval_s')} s{extra}, "
+        f"{'pinned: responder CPU 0, joiners the rest' if r.get('pinned') else 'not pinned'}, "
+        f"load before {r.get('load_before')})"
+    )
     for key in ("profile_as_shipped", "profile_without_ca_bundle"):
         if key in r:
             p = r[key]
             cmds = ", ".join(f"{k} {v}" for k, v in p["ms_per_request_by_command"].items())
-            print(f"  responder pass over {p['requests']} requests ({key.split('_', 1)[1].replace('_', ' ')}): "
-                  f"{p['ms_per_request']} ms/request wall; by command (ms/request): {cmds}")
+            print(
+                f"  responder pass over {p['requests']} requests ({key.split('_', 1)[1].replace('_', ' ')}): "
+                f"{p['ms_per_request']} ms/request wall; by command (ms/request): {cmds}"
+            )
     if "profile_as_shipped" in r:
-        print("  (xtrace: a pipeline's time lands on its last command; `grep` is the `openssl x509 -subject` "
-              "it reads)")
+        print("  (xtrace: a pipeline's time lands on its last command; `grep` is the `openssl x509 -subject` it reads)")
     if "holding" not in r:
         return
-    print(f"  holding the key: {r['holding']}/{r['joiners']}"
-          + (f"  FAILED {r['failed_count']}: {r['failed']}" if r["failed_count"] else ""))
-    print(f"  until all hold:  {r['seconds_until_all_hold']} s   per joiner p50 {r['per_joiner_p50_s']} s, "
-          f"p95 {r['per_joiner_p95_s']} s, max {r['per_joiner_max_s']} s")
-    print(f"  responder CPU:   {r['responder_cpu_s']} s ({r['responder_cpu_ms_per_request']} ms/request, "
-          f"{r['responder_core_share']} of one core); passes that answered: {r['responder_passes_answering']}")
-    print(f"                   answering is serial: with a free core of its own the responder still needs "
-          f"~{r['responder_cpu_s']} s for these {r['joiners']} requests")
+    print(
+        f"  holding the key: {r['holding']}/{r['joiners']}"
+        + (f"  FAILED {r['failed_count']}: {r['failed']}" if r["failed_count"] else "")
+    )
+    print(
+        f"  until all hold:  {r['seconds_until_all_hold']} s   per joiner p50 {r['per_joiner_p50_s']} s, "
+        f"p95 {r['per_joiner_p95_s']} s, max {r['per_joiner_max_s']} s"
+    )
+    print(
+        f"  responder CPU:   {r['responder_cpu_s']} s ({r['responder_cpu_ms_per_request']} ms/request, "
+        f"{r['responder_core_share']} of one core); passes that answered: {r['responder_passes_answering']}"
+    )
+    print(
+        f"                   answering is serial: with a free core of its own the responder still needs "
+        f"~{r['responder_cpu_s']} s for these {r['joiners']} requests"
+    )
     print(f"  joiners CPU:     {r['joiners_cpu_s']} s in all (spawned in {r['spawn_s']} s, before the clock)")
-    print(f"  left on /fsx: {r['requests_left']} requests, {r['responses_left']} responses; "
-          f"plaintext key on /fsx: {r['plaintext_key_on_fsx'] or 'none'}")
-    print(f"  goal: all {r['joiners']} hold the key within {r['goal_s']} s: "
-          f"{'MET' if r['goal_met'] else 'MISSED'}")
+    print(
+        f"  left on /fsx: {r['requests_left']} requests, {r['responses_left']} responses; "
+        f"plaintext key on /fsx: {r['plaintext_key_on_fsx'] or 'none'}"
+    )
+    print(f"  goal: all {r['joiners']} hold the key within {r['goal_s']} s: {'MET' if r['goal_met'] else 'MISSED'}")
 
 
 def main(argv: list[str]) -> int:
@@ -485,10 +560,19 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--joiners", default="256,1024", help="comma-separated joiner counts")
     ap.add_argument("--goal", type=float, default=60.0, help="seconds until every joiner holds the key")
     ap.add_argument("--timeout", type=int, default=300, help="bound on each joiner's wait (MUNGE_JOIN_TIMEOUT)")
-    ap.add_argument("--controller-interval", type=float, default=None,
-                    help="override MUNGE_CONTROLLER_INTERVAL (default: the rendered value)")
-    ap.add_argument("--responder-env", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra environment for the responder (a what-if, e.g. SSL_CERT_FILE=/dev/null)")
+    ap.add_argument(
+        "--controller-interval",
+        type=float,
+        default=None,
+        help="override MUNGE_CONTROLLER_INTERVAL (default: the rendered value)",
+    )
+    ap.add_argument(
+        "--responder-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the responder (a what-if, e.g. SSL_CERT_FILE=/dev/null)",
+    )
     ap.add_argument("--profile-requests", type=int, default=64, help="requests in the profiled pass (0: none)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin responder and joiners to separate CPUs")
     ap.add_argument("--json", help="write the results here")
@@ -502,8 +586,10 @@ def main(argv: list[str]) -> int:
     if os.environ.get(NS_MARK) != "1":
         # a private mount namespace: the tmpfs /fsx disappears with us, whatever happens
         os.environ[NS_MARK] = "1"
-        os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", sys.executable,
-                              str(Path(__file__).resolve()), *argv])
+        os.execvp(
+            "unshare",
+            ["unshare", "--mount", "--propagation", "private", sys.executable, str(Path(__file__).resolve()), *argv],
+        )
     results = []
     for n in (int(x) for x in args.joiners.split(",") if x.strip()):
         r = run_size(args, n)

@@ -42,10 +42,20 @@ def sized(raw: dict, nodes: int, blocks: int) -> dict:
     raw = copy.deepcopy(raw)
     az = raw["network"]["availability_zone"]
     per = -(-nodes // blocks)
-    raw["capacity"] = {"nodes": nodes, "capacity_blocks": [
-        {"name": f"b{i:02d}", "reservation_id": f"cr-{i:017x}", "instance_count": per, "availability_zone": az,
-         "start": "2026-12-01T11:30:00Z", "end": "2026-12-08T11:30:00Z"}
-        for i in range(blocks)]}
+    raw["capacity"] = {
+        "nodes": nodes,
+        "capacity_blocks": [
+            {
+                "name": f"b{i:02d}",
+                "reservation_id": f"cr-{i:017x}",
+                "instance_count": per,
+                "availability_zone": az,
+                "start": "2026-12-01T11:30:00Z",
+                "end": "2026-12-08T11:30:00Z",
+            }
+            for i in range(blocks)
+        ],
+    }
     return raw
 
 
@@ -59,14 +69,23 @@ def one(nodes: int, blocks: int, warm: bool) -> dict:
         run_under_mocks(raw, region)
     t0 = time.perf_counter()
     mocks, _, _, node_files = run_under_mocks(raw, region)
-    return {"eval_s": time.perf_counter() - t0, "resources": len(mocks.resources),
-            "user_data": len(node_files.user_data), "user_data_b64": len(base64.b64encode(node_files.user_data))}
+    return {
+        "eval_s": time.perf_counter() - t0,
+        "resources": len(mocks.resources),
+        "user_data": len(node_files.user_data),
+        "user_data_b64": len(base64.b64encode(node_files.user_data)),
+    }
 
 
 def in_fresh_process(nodes: int, blocks: int) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--one", str(nodes), str(blocks)],
-                          cwd=REPO, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--one", str(nodes), str(blocks)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return time.perf_counter() - t0, json.loads(proc.stdout)
 
 
@@ -80,8 +99,10 @@ def main() -> int:
         return 0
 
     proc_s, eval_s = {}, {}
-    print(f"{'nodes':>6} {'blocks':>6} {'resources':>9} {'process s min/median':>21} {'eval s min/median':>18} "
-          f"{'user-data B':>12} {'base64 B':>9}")
+    print(
+        f"{'nodes':>6} {'blocks':>6} {'resources':>9} {'process s min/median':>21} {'eval s min/median':>18} "
+        f"{'user-data B':>12} {'base64 B':>9}"
+    )
     for nodes, blocks in SIZES:
         runs = [in_fresh_process(nodes, blocks) for _ in range(args.repeat)]
         warm = [one(nodes, blocks, warm=(i == 0)) for i in range(args.repeat)]
@@ -89,12 +110,16 @@ def main() -> int:
         e = [w["eval_s"] for w in warm]
         proc_s[nodes], eval_s[nodes] = min(p), min(e)
         info = runs[0][1]
-        print(f"{nodes:>6} {blocks:>6} {info['resources']:>9} {min(p):>10.3f}/{statistics.median(p):<10.3f} "
-              f"{min(e):>8.3f}/{statistics.median(e):<9.3f} {info['user_data']:>12} {info['user_data_b64']:>9}")
+        print(
+            f"{nodes:>6} {blocks:>6} {info['resources']:>9} {min(p):>10.3f}/{statistics.median(p):<10.3f} "
+            f"{min(e):>8.3f}/{statistics.median(e):<9.3f} {info['user_data']:>12} {info['user_data_b64']:>9}"
+        )
     ratio = proc_s[1024] / proc_s[2]
     print(f"1024 vs 2 nodes, stack evaluation (process): {ratio:.2f}x (target <= 1.5x)")
-    print(f"1024 vs 2 nodes, warm evaluation only:       {eval_s[1024] / eval_s[2]:.2f}x "
-          f"(17 groups vs 2; one launch template either way)")
+    print(
+        f"1024 vs 2 nodes, warm evaluation only:       {eval_s[1024] / eval_s[2]:.2f}x "
+        f"(17 groups vs 2; one launch template either way)"
+    )
     return 0 if ratio <= 1.5 else 1
 
 

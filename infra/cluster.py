@@ -38,16 +38,23 @@ class BuildResult:
     node_files: pulumi.Output  # Output[userdata.render.NodeFiles], shared by all templates
 
 
-def render_node_files(cfg: ClusterConfig, spec: InstanceSpec, dns_name: pulumi.Input[str],
-                      mount_name: pulumi.Input[str], bucket: pulumi.Input[str]) -> pulumi.Output:
+def render_node_files(
+    cfg: ClusterConfig,
+    spec: InstanceSpec,
+    dns_name: pulumi.Input[str],
+    mount_name: pulumi.Input[str],
+    bucket: pulumi.Input[str],
+) -> pulumi.Output:
     """Output[NodeFiles]: the pure renderer, called once the FSx endpoint and bucket are known.
 
     Only a function call happens inside apply; no resource is declared there.
     """
+
     def render(values: list[str]) -> NodeFiles:
         dns, mount, bucket_name = values
-        return render_userdata(cfg, spec, FsxEndpoint(dns_name=dns, mount_name=mount),
-                               payload_uri_template(bucket_name))
+        return render_userdata(
+            cfg, spec, FsxEndpoint(dns_name=dns, mount_name=mount), payload_uri_template(bucket_name)
+        )
 
     return pulumi.Output.all(dns_name, mount_name, bucket).apply(render)
 
@@ -63,23 +70,33 @@ def controller_commands(region: str, controller_asg: str) -> tuple[str, str]:
     The id is not known at `pulumi up`: the group launches the instance (maybe when the
     block starts), and a replaced controller gets a new id. The group name is stable.
     """
-    find = (f"aws autoscaling describe-auto-scaling-groups --region {region} "
-            f"--auto-scaling-group-names {controller_asg} "
-            "--query \"AutoScalingGroups[0].Instances[?LifecycleState=='InService'] | [0].InstanceId\" "
-            "--output text")
+    find = (
+        f"aws autoscaling describe-auto-scaling-groups --region {region} "
+        f"--auto-scaling-group-names {controller_asg} "
+        "--query \"AutoScalingGroups[0].Instances[?LifecycleState=='InService'] | [0].InstanceId\" "
+        "--output text"
+    )
     return find, f"aws ssm start-session --region {region} --target $({find})"
 
 
 def group_output(cfg: ClusterConfig, g, asg_name: pulumi.Output[str], now: datetime) -> dict[str, object]:
     """One `node_groups` entry: what the group is and when it runs."""
-    out: dict[str, object] = {"asg_name": asg_name, "role": g.role, "size": g.size,
-                              "block": g.block.name if g.block is not None else ON_DEMAND,
-                              "capacity_block_id": g.block.reservation_id if g.block is not None else None}
+    out: dict[str, object] = {
+        "asg_name": asg_name,
+        "role": g.role,
+        "size": g.size,
+        "block": g.block.name if g.block is not None else ON_DEMAND,
+        "capacity_block_id": g.block.reservation_id if g.block is not None else None,
+    }
     if g.block is not None:
         s = group_schedule(g, cfg.capacity.block_end_margin_minutes, now)
-        out.update(size_now=s.size_now, block_start=iso_utc(g.block.start), block_end=s.block_end_iso,
-                   scale_out_at=iso_utc(s.scale_out_at) if s.scale_out_at else None,
-                   scale_in_at=iso_utc(s.scale_in_at) if s.scale_in_at else None)
+        out.update(
+            size_now=s.size_now,
+            block_start=iso_utc(g.block.start),
+            block_end=s.block_end_iso,
+            scale_out_at=iso_utc(s.scale_out_at) if s.scale_out_at else None,
+            scale_in_at=iso_utc(s.scale_in_at) if s.scale_in_at else None,
+        )
     return out
 
 
@@ -94,36 +111,70 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
     spec = cfg.spec
     tags = {**cfg.tags, node_tags.CLUSTER: name}
 
-    net = Network(name, NetworkArgs(cluster_name=name, availability_zone=cfg.network.availability_zone,
-                                    subnet_id=cfg.network.subnet_id, vpc_cidr=cfg.network.vpc_cidr,
-                                    region=region, tags=tags))
+    net = Network(
+        name,
+        NetworkArgs(
+            cluster_name=name,
+            availability_zone=cfg.network.availability_zone,
+            subnet_id=cfg.network.subnet_id,
+            vpc_cidr=cfg.network.vpc_cidr,
+            region=region,
+            tags=tags,
+        ),
+    )
     sg = NodeSecurityGroup(name, NodeSecurityGroupArgs(cluster_name=name, vpc_id=net.vpc_id, tags=tags))
-    fsx = FileSystem(name, FileSystemArgs(cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id,
-                                          security_group_id=sg.security_group_id, tags=tags))
+    fsx = FileSystem(
+        name,
+        FileSystemArgs(
+            cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id, security_group_id=sg.security_group_id, tags=tags
+        ),
+    )
     # One render for the whole cluster: the bytes do not depend on node count or block
     # (node contract), so every node boots the same user data. The node files always
     # travel as the S3 payload: they are twice EC2's user-data limit (README, design).
     bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
     node_files = render_node_files(cfg, spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name)
-    payload = PayloadObject(name, PayloadObjectArgs(
-        bucket_name=bucket.bucket_name, s3_payload=node_files.apply(lambda nf: nf.s3_payload), tags=tags))
+    payload = PayloadObject(
+        name,
+        PayloadObjectArgs(
+            bucket_name=bucket.bucket_name, s3_payload=node_files.apply(lambda nf: nf.s3_payload), tags=tags
+        ),
+    )
     # Tie the user data to the uploaded object: no node boots before its payload exists.
     user_data_b64 = pulumi.Output.all(node_files, payload.key).apply(lambda v: encode_user_data(v[0]))
-    identity = NodeIdentity(name, NodeIdentityArgs(cluster_name=name, payload_object_arn=payload.object_arn,
-                                                   tags=tags))
+    identity = NodeIdentity(name, NodeIdentityArgs(cluster_name=name, payload_object_arn=payload.object_arn, tags=tags))
 
-    lt = NodeLaunchTemplate(name, NodeLaunchTemplateArgs(
-        cluster_name=name, spec=spec, image_id=image_id(cfg),
-        security_group_id=sg.security_group_id,
-        instance_profile_arn=identity.instance_profile_arn,
-        user_data_base64=user_data_b64, root_volume=cfg.root_volume,
-        capacity_blocks=cfg.uses_capacity_blocks, placement_group=cfg.uses_placement_group, tags=tags))
+    lt = NodeLaunchTemplate(
+        name,
+        NodeLaunchTemplateArgs(
+            cluster_name=name,
+            spec=spec,
+            image_id=image_id(cfg),
+            security_group_id=sg.security_group_id,
+            instance_profile_arn=identity.instance_profile_arn,
+            user_data_base64=user_data_b64,
+            root_volume=cfg.root_volume,
+            capacity_blocks=cfg.uses_capacity_blocks,
+            placement_group=cfg.uses_placement_group,
+            tags=tags,
+        ),
+    )
 
     groups = cfg.node_groups()
-    nodes = NodeGroups(name, NodeGroupsArgs(
-        cluster_name=name, groups=groups, total_nodes=cfg.capacity.nodes, subnet_id=net.subnet_id,
-        launch_template_id=lt.launch_template_id, launch_template_version=lt.latest_version,
-        now=now, block_end_margin_minutes=cfg.capacity.block_end_margin_minutes, tags=cfg.tags))
+    nodes = NodeGroups(
+        name,
+        NodeGroupsArgs(
+            cluster_name=name,
+            groups=groups,
+            total_nodes=cfg.capacity.nodes,
+            subnet_id=net.subnet_id,
+            launch_template_id=lt.launch_template_id,
+            launch_template_version=lt.latest_version,
+            now=now,
+            block_end_margin_minutes=cfg.capacity.block_end_margin_minutes,
+            tags=cfg.tags,
+        ),
+    )
 
     controller_asg = nodes.asg_names["controller"]
     find_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[0])
@@ -140,8 +191,9 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
         "fsx_mount_name": fsx.mount_name,
         "launch_template_id": lt.launch_template_id,
         "launch_template_version": lt.latest_version,
-        "node_groups": {g.name: group_output(cfg, g, nodes.asg_names[g.name], now)
-                        for g in groups if g.name in nodes.asg_names},
+        "node_groups": {
+            g.name: group_output(cfg, g, nodes.asg_names[g.name], now) for g in groups if g.name in nodes.asg_names
+        },
         "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
         "validation_results_path": layout.validation_results(name),
         "user_data_payload_bucket": bucket.bucket_name,

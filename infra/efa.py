@@ -47,8 +47,7 @@ def interface_layout(spec: InstanceSpec) -> tuple[NetworkInterfaceSlot, ...]:
     while remaining:
         if card >= spec.network_cards:
             raise ValueError(
-                f"{spec.name}: {spec.efa_count} EFA interfaces do not fit on "
-                f"{spec.network_cards} network cards"
+                f"{spec.name}: {spec.efa_count} EFA interfaces do not fit on {spec.network_cards} network cards"
             )
         slots.append(NetworkInterfaceSlot(card, 0, EFA_ONLY))
         remaining -= 1

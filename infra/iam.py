@@ -19,22 +19,30 @@ from infra.component import Component
 
 SSM_CORE_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
-EC2_ASSUME_ROLE_POLICY = json.dumps({
-    "Version": "2012-10-17",
-    "Statement": [{
-        "Effect": "Allow",
-        "Principal": {"Service": "ec2.amazonaws.com"},
-        "Action": "sts:AssumeRole",
-    }],
-}, sort_keys=True)
+EC2_ASSUME_ROLE_POLICY = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "ec2.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    },
+    sort_keys=True,
+)
 
 
 def payload_read_policy(object_arn: str) -> str:
     """Read access to exactly one S3 object (the user-data payload)."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": object_arn}],
-    }, sort_keys=True)
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": object_arn}],
+        },
+        sort_keys=True,
+    )
 
 
 @dataclass
@@ -55,18 +63,24 @@ class NodeIdentity(Component):
     def __init__(self, name: str, args: NodeIdentityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         role = aws.iam.Role(
-            f"{name}-role", assume_role_policy=EC2_ASSUME_ROLE_POLICY,
+            f"{name}-role",
+            assume_role_policy=EC2_ASSUME_ROLE_POLICY,
             description=f"gpu-cluster {args.cluster_name} GPU nodes (SSM access only)",
-            tags=args.tags, opts=self.child)
+            tags=args.tags,
+            opts=self.child,
+        )
         aws.iam.RolePolicyAttachment(f"{name}-ssm", role=role.name, policy_arn=SSM_CORE_POLICY_ARN, opts=self.child)
         if args.payload_object_arn is not None:
             aws.iam.RolePolicy(
-                f"{name}-payload", role=role.id,
+                f"{name}-payload",
+                role=role.id,
                 policy=pulumi.Output.from_input(args.payload_object_arn).apply(payload_read_policy),
-                opts=self.child)
+                opts=self.child,
+            )
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=args.tags, opts=self.child)
         self.role_name = role.name
         self.instance_profile_name = profile.name
         self.instance_profile_arn = profile.arn
-        self.register_outputs({"role_name": role.name, "instance_profile_name": profile.name,
-                               "instance_profile_arn": profile.arn})
+        self.register_outputs(
+            {"role_name": role.name, "instance_profile_name": profile.name, "instance_profile_arn": profile.arn}
+        )

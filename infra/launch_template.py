@@ -97,8 +97,12 @@ class NodeLaunchTemplate(Component):
         if args.capacity_blocks:
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
         elif args.placement_group:
-            pg = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster",
-                                        tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=self.child)
+            pg = aws.ec2.PlacementGroup(
+                f"{name}-pg",
+                strategy="cluster",
+                tags={**args.tags, "Name": f"{args.cluster_name}-nodes"},
+                opts=self.child,
+            )
             placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name)
             self.placement_group_name = pg.name
 
@@ -111,20 +115,31 @@ class NodeLaunchTemplate(Component):
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
             network_interfaces=network_interfaces(args.spec, args.security_group_id),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required",
+                http_endpoint="enabled",
+                http_tokens="required",
                 http_put_response_hop_limit=METADATA_HOP_LIMIT,
-                instance_metadata_tags="enabled"),  # nodes read GpuCluster* tags from IMDS
-            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                device_name=ROOT_DEVICE,
-                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_type="gp3", volume_size=args.root_volume.size_gib,
-                    iops=args.root_volume.iops, throughput=args.root_volume.throughput_mibps,
-                    encrypted="true", delete_on_termination="true"))],
+                instance_metadata_tags="enabled",
+            ),  # nodes read GpuCluster* tags from IMDS
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_type="gp3",
+                        volume_size=args.root_volume.size_gib,
+                        iops=args.root_volume.iops,
+                        throughput=args.root_volume.throughput_mibps,
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
             instance_market_options=market,
             placement=placement,
             user_data=args.user_data_base64,
-            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=args.tags)
-                                for t in TAGGED_RESOURCE_TYPES],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=args.tags)
+                for t in TAGGED_RESOURCE_TYPES
+            ],
             tags=args.tags,
             # $Default follows the newest version; the groups still pin a number.
             update_default_version=True,

@@ -29,12 +29,14 @@ def check_existing_subnet(subnet_id: str, availability_zone: str) -> list[tuple[
     """
     found = aws.ec2.get_subnet(id=subnet_id)
     if found.availability_zone != availability_zone:
-        return [(
-            f"{ROOT}.network.subnet_id",
-            f"subnet {subnet_id} is in {found.availability_zone} but network.availability_zone "
-            f"is {availability_zone}; EFA peers and the Capacity Blocks must share one AZ, so "
-            f"use a subnet in {availability_zone} or change the AZ (and the blocks) to {found.availability_zone}",
-        )]
+        return [
+            (
+                f"{ROOT}.network.subnet_id",
+                f"subnet {subnet_id} is in {found.availability_zone} but network.availability_zone "
+                f"is {availability_zone}; EFA peers and the Capacity Blocks must share one AZ, so "
+                f"use a subnet in {availability_zone} or change the AZ (and the blocks) to {found.availability_zone}",
+            )
+        ]
     return []
 
 
@@ -85,35 +87,75 @@ class Network(Component):
 
         private_cidr, public_cidr = split_vpc_cidr(args.vpc_cidr)
         # DNS support and hostnames: FSx is mounted by DNS name and SSM needs both.
-        vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=args.vpc_cidr, enable_dns_support=True,
-                          enable_dns_hostnames=True, tags=tags("vpc"), opts=self.child)
-        private = aws.ec2.Subnet(f"{name}-private", vpc_id=vpc.id, cidr_block=private_cidr,
-                                 availability_zone=args.availability_zone,
-                                 map_public_ip_on_launch=False, tags=tags("private"), opts=self.child)
-        public = aws.ec2.Subnet(f"{name}-public", vpc_id=vpc.id, cidr_block=public_cidr,
-                                availability_zone=args.availability_zone,
-                                map_public_ip_on_launch=False, tags=tags("public"), opts=self.child)
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=args.vpc_cidr,
+            enable_dns_support=True,
+            enable_dns_hostnames=True,
+            tags=tags("vpc"),
+            opts=self.child,
+        )
+        private = aws.ec2.Subnet(
+            f"{name}-private",
+            vpc_id=vpc.id,
+            cidr_block=private_cidr,
+            availability_zone=args.availability_zone,
+            map_public_ip_on_launch=False,
+            tags=tags("private"),
+            opts=self.child,
+        )
+        public = aws.ec2.Subnet(
+            f"{name}-public",
+            vpc_id=vpc.id,
+            cidr_block=public_cidr,
+            availability_zone=args.availability_zone,
+            map_public_ip_on_launch=False,
+            tags=tags("public"),
+            opts=self.child,
+        )
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=tags("igw"), opts=self.child)
         eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=tags("nat"), opts=self.child)
-        nat = aws.ec2.NatGateway(f"{name}-nat", allocation_id=eip.id, subnet_id=public.id,
-                                 tags=tags("nat"),
-                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
+        nat = aws.ec2.NatGateway(
+            f"{name}-nat",
+            allocation_id=eip.id,
+            subnet_id=public.id,
+            tags=tags("nat"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
+        )
 
         public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=vpc.id, tags=tags("public"), opts=self.child)
-        aws.ec2.Route(f"{name}-public-default", route_table_id=public_rt.id,
-                      destination_cidr_block="0.0.0.0/0", gateway_id=igw.id, opts=self.child)
-        aws.ec2.RouteTableAssociation(f"{name}-public-assoc", route_table_id=public_rt.id,
-                                      subnet_id=public.id, opts=self.child)
+        aws.ec2.Route(
+            f"{name}-public-default",
+            route_table_id=public_rt.id,
+            destination_cidr_block="0.0.0.0/0",
+            gateway_id=igw.id,
+            opts=self.child,
+        )
+        aws.ec2.RouteTableAssociation(
+            f"{name}-public-assoc", route_table_id=public_rt.id, subnet_id=public.id, opts=self.child
+        )
 
         private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=vpc.id, tags=tags("private"), opts=self.child)
-        aws.ec2.Route(f"{name}-private-default", route_table_id=private_rt.id,
-                      destination_cidr_block="0.0.0.0/0", nat_gateway_id=nat.id, opts=self.child)
-        aws.ec2.RouteTableAssociation(f"{name}-private-assoc", route_table_id=private_rt.id,
-                                      subnet_id=private.id, opts=self.child)
+        aws.ec2.Route(
+            f"{name}-private-default",
+            route_table_id=private_rt.id,
+            destination_cidr_block="0.0.0.0/0",
+            nat_gateway_id=nat.id,
+            opts=self.child,
+        )
+        aws.ec2.RouteTableAssociation(
+            f"{name}-private-assoc", route_table_id=private_rt.id, subnet_id=private.id, opts=self.child
+        )
         # S3 through a gateway endpoint (free) instead of the NAT gateway (billed per GB):
         # the user-data payload, datasets and checkpoints the nodes read from S3.
-        aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=vpc.id, service_name=f"com.amazonaws.{args.region}.s3",
-                            vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id],
-                            tags=tags("s3"), opts=self.child)
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=vpc.id,
+            service_name=f"com.amazonaws.{args.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[private_rt.id],
+            tags=tags("s3"),
+            opts=self.child,
+        )
         self.vpc_id = vpc.id
         self.subnet_id = private.id

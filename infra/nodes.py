@@ -57,8 +57,7 @@ def asg_name(cluster_name: str, group_name: str) -> str:
     return f"gpu-cluster-{cluster_name}-{group_name}"
 
 
-def instance_tags(cluster_name: str, group: NodeGroup, total_nodes: int,
-                  extra: dict[str, str]) -> dict[str, str]:
+def instance_tags(cluster_name: str, group: NodeGroup, total_nodes: int, extra: dict[str, str]) -> dict[str, str]:
     """Tags each instance carries; the node contract reads the GpuCluster* ones from IMDS."""
     block = group.block.name if group.block is not None else ON_DEMAND
     block_end = iso_utc(group.block.end) if group.block is not None and group.block.end is not None else None
@@ -121,13 +120,17 @@ class NodeGroups(Component):
             capacity = aws.autoscaling.GroupCapacityReservationSpecificationArgs(
                 capacity_reservation_preference="capacity-reservations-only",
                 capacity_reservation_target=aws.autoscaling.GroupCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_ids=[g.block.reservation_id]))
+                    capacity_reservation_ids=[g.block.reservation_id]
+                ),
+            )
         tags = instance_tags(args.cluster_name, g, args.total_nodes, args.tags)
         size = sched.size_now
         asg = aws.autoscaling.Group(
             f"{name}-{g.name}",
             name=asg_name(args.cluster_name, g.name),
-            min_size=size, max_size=size, desired_capacity=size,
+            min_size=size,
+            max_size=size,
+            desired_capacity=size,
             vpc_zone_identifiers=[args.subnet_id],
             launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=args.launch_template_id, version=version),
             capacity_reservation_specification=capacity,
@@ -137,8 +140,9 @@ class NodeGroups(Component):
             # A block may start days after `pulumi up`; don't wait for instances.
             wait_for_capacity_timeout="0",
             protect_from_scale_in=False,
-            tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
-                  for k, v in sorted(tags.items())],
+            tags=[
+                aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True) for k, v in sorted(tags.items())
+            ],
             opts=self.child,
         )
         # One-time actions (no recurrence), in UTC. Auto Scaling deletes a one-time action
@@ -147,15 +151,23 @@ class NodeGroups(Component):
         if sched.scale_out_at is not None:
             aws.autoscaling.Schedule(
                 f"{name}-{g.name}-scale-out",
-                autoscaling_group_name=asg.name, scheduled_action_name=action_name(g, "start"),
+                autoscaling_group_name=asg.name,
+                scheduled_action_name=action_name(g, "start"),
                 start_time=iso_utc(sched.scale_out_at),
-                min_size=g.size, max_size=g.size, desired_capacity=g.size,
-                opts=self.child)
+                min_size=g.size,
+                max_size=g.size,
+                desired_capacity=g.size,
+                opts=self.child,
+            )
         if sched.scale_in_at is not None:
             aws.autoscaling.Schedule(
                 f"{name}-{g.name}-scale-in",
-                autoscaling_group_name=asg.name, scheduled_action_name=action_name(g, "end"),
+                autoscaling_group_name=asg.name,
+                scheduled_action_name=action_name(g, "end"),
                 start_time=iso_utc(sched.scale_in_at),
-                min_size=0, max_size=0, desired_capacity=0,
-                opts=self.child)
+                min_size=0,
+                max_size=0,
+                desired_capacity=0,
+                opts=self.child,
+            )
         return asg

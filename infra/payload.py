@@ -49,12 +49,21 @@ class PayloadBucket(Component):
     def __init__(self, name: str, args: PayloadBucketArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         bucket = aws.s3.Bucket(
-            f"{name}-payload", bucket_prefix=f"gpu-cluster-{args.cluster_name}-",
+            f"{name}-payload",
+            bucket_prefix=f"gpu-cluster-{args.cluster_name}-",
             force_destroy=True,  # only rendered payloads live here; `pulumi destroy` must not stall
-            tags=args.tags, opts=self.child)
+            tags=args.tags,
+            opts=self.child,
+        )
         aws.s3.BucketPublicAccessBlock(
-            f"{name}-payload", bucket=bucket.id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=self.child)
+            f"{name}-payload",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=self.child,
+        )
         self.bucket_name = bucket.bucket
         self.bucket_arn = bucket.arn
         self.register_outputs({"bucket_name": bucket.bucket, "bucket_arn": bucket.arn})
@@ -79,10 +88,14 @@ class PayloadObject(Component):
         payload = pulumi.Output.from_input(args.s3_payload)
         key = payload.apply(lambda p: payload_key(p[0]))
         obj = aws.s3.BucketObjectv2(
-            f"{name}-payload", bucket=args.bucket_name, key=key,
+            f"{name}-payload",
+            bucket=args.bucket_name,
+            key=key,
             content_base64=payload.apply(lambda p: base64.b64encode(p[1]).decode("ascii")),
-            content_type="application/gzip", tags=args.tags,
-            opts=self.child)
+            content_type="application/gzip",
+            tags=args.tags,
+            opts=self.child,
+        )
         # Built from the object's own outputs, so whatever uses them (the role policy, the
         # launch template's user data) waits for the upload.
         self.key = obj.key

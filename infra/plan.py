@@ -46,12 +46,17 @@ PLAN_NOW = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 ACCOUNT = "123456789012"
 
 _ID_PREFIX = {
-    "aws:ec2/vpc:Vpc": "vpc-", "aws:ec2/subnet:Subnet": "subnet-",
-    "aws:ec2/internetGateway:InternetGateway": "igw-", "aws:ec2/eip:Eip": "eipalloc-",
-    "aws:ec2/natGateway:NatGateway": "nat-", "aws:ec2/routeTable:RouteTable": "rtb-",
-    "aws:ec2/securityGroup:SecurityGroup": "sg-", "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "sgr-",
+    "aws:ec2/vpc:Vpc": "vpc-",
+    "aws:ec2/subnet:Subnet": "subnet-",
+    "aws:ec2/internetGateway:InternetGateway": "igw-",
+    "aws:ec2/eip:Eip": "eipalloc-",
+    "aws:ec2/natGateway:NatGateway": "nat-",
+    "aws:ec2/routeTable:RouteTable": "rtb-",
+    "aws:ec2/securityGroup:SecurityGroup": "sg-",
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "sgr-",
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": "sgr-",
-    "aws:ec2/launchTemplate:LaunchTemplate": "lt-", "aws:ec2/placementGroup:PlacementGroup": "pg-",
+    "aws:ec2/launchTemplate:LaunchTemplate": "lt-",
+    "aws:ec2/placementGroup:PlacementGroup": "pg-",
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": "dra-",
 }
 
@@ -81,10 +86,17 @@ def _plain(value: Any) -> Any:
 class PlanMocks(pulumi.runtime.Mocks):
     """Deterministic ids and outputs; records every resource and invoke."""
 
-    def __init__(self, region: str, subnet_az: str | None = None, subnet_vpc: str = "vpc-0a1b2c3d4e5f60718",
-                 blocks: dict[str, dict[str, Any]] | None = None, zones: tuple[str, ...] | None = None,
-                 default_route: str | None = "nat-0a1b2c3d4e5f60718", vpc_dns_support: bool = True,
-                 ami_names: dict[str, str] | None = None):
+    def __init__(
+        self,
+        region: str,
+        subnet_az: str | None = None,
+        subnet_vpc: str = "vpc-0a1b2c3d4e5f60718",
+        blocks: dict[str, dict[str, Any]] | None = None,
+        zones: tuple[str, ...] | None = None,
+        default_route: str | None = "nat-0a1b2c3d4e5f60718",
+        vpc_dns_support: bool = True,
+        ami_names: dict[str, str] | None = None,
+    ):
         """`blocks`: reservation id -> getCapacityBlockReservation answer (an id not in it
         fails like an unknown id); `zones`: the region's zones (default: a, b, c);
         `ami_names`: AMI id -> name (default: an Ubuntu 24.04 DLAMI name)."""
@@ -110,11 +122,15 @@ class PlanMocks(pulumi.runtime.Mocks):
         arn_name = state.get("name") or name
         if typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             rid = FSX_ID
-            state.update(dnsName=f"{FSX_ID}.fsx.{self.region}.amazonaws.com", mountName=FSX_MOUNT_NAME,
-                         arn=f"arn:aws:fsx:{self.region}:123456789012:file-system/{FSX_ID}")
+            state.update(
+                dnsName=f"{FSX_ID}.fsx.{self.region}.amazonaws.com",
+                mountName=FSX_MOUNT_NAME,
+                arn=f"arn:aws:fsx:{self.region}:123456789012:file-system/{FSX_ID}",
+            )
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
-            state.update(latestVersion=1, defaultVersion=1,
-                         arn=f"arn:aws:ec2:{self.region}:123456789012:launch-template/{rid}")
+            state.update(
+                latestVersion=1, defaultVersion=1, arn=f"arn:aws:ec2:{self.region}:123456789012:launch-template/{rid}"
+            )
         elif typ == "aws:iam/role:Role":
             state.setdefault("name", f"{name}-{_hex(name, 7)}")
             rid = state["name"]
@@ -125,7 +141,9 @@ class PlanMocks(pulumi.runtime.Mocks):
             state["arn"] = f"arn:aws:iam::123456789012:instance-profile/{rid}"
         elif typ == "aws:autoscaling/group:Group":
             rid = state.get("name") or name
-            state["arn"] = f"arn:aws:autoscaling:{self.region}:123456789012:autoScalingGroup:{_hex(name, 8)}:autoScalingGroupName/{rid}"
+            state["arn"] = (
+                f"arn:aws:autoscaling:{self.region}:123456789012:autoScalingGroup:{_hex(name, 8)}:autoScalingGroupName/{rid}"
+            )
         elif typ == "aws:s3/bucket:Bucket":
             bucket = state.get("bucket") or f"{state.get('bucketPrefix', name + '-')}{_hex(name, 12)}"
             rid = bucket
@@ -141,26 +159,51 @@ class PlanMocks(pulumi.runtime.Mocks):
         token, a = args.token, args.args
         if token == "aws:ec2/getSubnet:getSubnet":
             sid = a.get("id")
-            return {"id": sid, "availabilityZone": self.subnet_az, "vpcId": self.subnet_vpc,
-                    "cidrBlock": "10.0.0.0/18", "arn": f"arn:aws:ec2:{self.region}:{ACCOUNT}:subnet/{sid}"}
+            return {
+                "id": sid,
+                "availabilityZone": self.subnet_az,
+                "vpcId": self.subnet_vpc,
+                "cidrBlock": "10.0.0.0/18",
+                "arn": f"arn:aws:ec2:{self.region}:{ACCOUNT}:subnet/{sid}",
+            }
         if token == "aws:ec2/getRouteTable:getRouteTable":
             routes = [{"cidrBlock": "10.0.0.0/16", "gatewayId": "local"}]
             if self.default_route:
                 key = "natGatewayId" if self.default_route.startswith("nat-") else "gatewayId"
                 routes.append({"cidrBlock": "0.0.0.0/0", key: self.default_route})
-            return {"id": "rtb-0a1b2c3d4e5f60718", "routeTableId": "rtb-0a1b2c3d4e5f60718",
-                    "vpcId": self.subnet_vpc, "subnetId": a.get("subnetId"), "routes": routes}
+            return {
+                "id": "rtb-0a1b2c3d4e5f60718",
+                "routeTableId": "rtb-0a1b2c3d4e5f60718",
+                "vpcId": self.subnet_vpc,
+                "subnetId": a.get("subnetId"),
+                "routes": routes,
+            }
         if token == "aws:ec2/getVpc:getVpc":
-            return {"id": a.get("id"), "cidrBlock": "10.0.0.0/16", "enableDnsSupport": self.vpc_dns_support,
-                    "enableDnsHostnames": True, "state": "available"}
+            return {
+                "id": a.get("id"),
+                "cidrBlock": "10.0.0.0/16",
+                "enableDnsSupport": self.vpc_dns_support,
+                "enableDnsHostnames": True,
+                "state": "available",
+            }
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            return {"id": self.region, "names": list(self.zones),
-                    "zoneIds": [f"use2-az{i + 1}" for i in range(len(self.zones))]}
+            return {
+                "id": self.region,
+                "names": list(self.zones),
+                "zoneIds": [f"use2-az{i + 1}" for i in range(len(self.zones))],
+            }
         if token == "aws:ec2/getAmi:getAmi":
             ami = a["filters"][0]["values"][0]
             name = self.ami_names.get(ami, "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) 20261120")
-            return {"id": ami, "imageId": ami, "name": name, "description": name, "architecture": "x86_64",
-                    "ownerId": "898082745236", "state": "available"}
+            return {
+                "id": ami,
+                "imageId": ami,
+                "name": name,
+                "description": name,
+                "architecture": "x86_64",
+                "ownerId": "898082745236",
+                "state": "available",
+            }
         if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
             rid = a.get("id")
             if rid not in self.blocks:
@@ -193,8 +236,10 @@ def run_with_mocks(program, mocks: PlanMocks, stack: str = "dev", config: dict[s
         resolved["value"] = _sync_await(pulumi.Output.from_input(program()).future())
 
     _sync_await(run_pulumi_func(program_and_wait))
-    urns = {reg.urn.split("::")[-1] + "|" + reg.urn.split("::")[2].split("$")[-1]: reg.urn
-            for reg in monitor.resources.values()}
+    urns = {
+        reg.urn.split("::")[-1] + "|" + reg.urn.split("::")[2].split("$")[-1]: reg.urn
+        for reg in monitor.resources.values()
+    }
     return resolved.get("value"), urns
 
 
@@ -214,15 +259,25 @@ def declared_blocks(raw_cluster: Any, now: datetime = PLAN_NOW) -> dict[str, dic
         except (TypeError, ValueError):
             started = False  # the config check reports the bad date
         out[str(b["reservation_id"])] = {
-            "state": "active" if started else "scheduled", "reservationType": "capacity-block",
-            "instanceType": instance_type, "availabilityZone": b.get("availability_zone"),
-            "instanceCount": b.get("instance_count"), "startDate": str(start) if start else "",
-            "endDate": str(end) if end else ""}
+            "state": "active" if started else "scheduled",
+            "reservationType": "capacity-block",
+            "instanceType": instance_type,
+            "availabilityZone": b.get("availability_zone"),
+            "instanceCount": b.get("instance_count"),
+            "startDate": str(start) if start else "",
+            "endDate": str(end) if end else "",
+        }
     return out
 
 
-def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az: str | None = None,
-                    mocks: PlanMocks | None = None, now: datetime = PLAN_NOW):
+def run_under_mocks(
+    raw_cluster: Any,
+    region: str,
+    stack: str = "dev",
+    subnet_az: str | None = None,
+    mocks: PlanMocks | None = None,
+    now: datetime = PLAN_NOW,
+):
     """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks, at `now`.
 
     Returns (mocks, urns, outputs, node_files). Raises pulumi.RunError for bad config.
@@ -250,8 +305,9 @@ def run_under_mocks(raw_cluster: Any, region: str, stack: str = "dev", subnet_az
 def load_stack_config(stack: str, root: Path = REPO) -> tuple[dict[str, Any], str]:
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        raise SystemExit(f"no stack file {path.name}; stacks: "
-                         + ", ".join(sorted(p.name[7:-5] for p in root.glob("Pulumi.*.yaml"))))
+        raise SystemExit(
+            f"no stack file {path.name}; stacks: " + ", ".join(sorted(p.name[7:-5] for p in root.glob("Pulumi.*.yaml")))
+        )
     doc = yaml.safe_load(path.read_text()) or {}
     config = doc.get("config") or {}
     return config.get(f"{CONFIG_NAMESPACE}:{CONFIG_KEY}"), config.get("aws:region")
@@ -303,9 +359,14 @@ def write_plan(stack: str, out: Path, overrides: list[str] = (), root: Path = RE
             r["inputs"] = {**r["inputs"], "contentBase64": summary}
         resources.append(r)
     resources.sort(key=lambda r: (r["urn"] or "", r["type"], r["name"]))
-    plan = {"generated_by": f"python -m infra.plan --stack {stack} (infra/plan.py, Pulumi mocks); do not edit",
-            "stack": stack, "region": region, "overrides": list(overrides), "resources": resources,
-            "outputs": outputs}
+    plan = {
+        "generated_by": f"python -m infra.plan --stack {stack} (infra/plan.py, Pulumi mocks); do not edit",
+        "stack": stack,
+        "region": region,
+        "overrides": list(overrides),
+        "resources": resources,
+        "outputs": outputs,
+    }
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
@@ -339,8 +400,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                        help="override a config value (path relative to gpu-cluster:cluster); repeatable")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a config value (path relative to gpu-cluster:cluster); repeatable",
+    )
     args = parser.parse_args(argv)
     try:
         write_plan(args.stack, args.out, args.overrides)

@@ -26,9 +26,18 @@ from model.preflight import BlockFacts, PreflightFacts, SubnetFacts, check_block
 
 DEFAULT_ROUTE = "0.0.0.0/0"
 # Route targets in the order a 0.0.0.0/0 route can name them (one is set).
-_ROUTE_TARGETS = ("nat_gateway_id", "gateway_id", "transit_gateway_id", "network_interface_id",
-                  "vpc_peering_connection_id", "instance_id", "vpc_endpoint_id", "local_gateway_id",
-                  "carrier_gateway_id", "egress_only_gateway_id")
+_ROUTE_TARGETS = (
+    "nat_gateway_id",
+    "gateway_id",
+    "transit_gateway_id",
+    "network_interface_id",
+    "vpc_peering_connection_id",
+    "instance_id",
+    "vpc_endpoint_id",
+    "local_gateway_id",
+    "carrier_gateway_id",
+    "egress_only_gateway_id",
+)
 
 
 def _why(err: Exception) -> str:
@@ -43,10 +52,16 @@ def _datetime(value: str | None) -> datetime | None:
 def block_facts(reservation_id: str) -> BlockFacts:
     found = aws.ec2.get_capacity_block_reservation(id=reservation_id)
     return BlockFacts(
-        reservation_id=reservation_id, found=True, state=found.state or "",
-        reservation_type=found.reservation_type or "", instance_type=found.instance_type or "",
-        availability_zone=found.availability_zone or "", total_instance_count=int(found.instance_count or 0),
-        start=_datetime(found.start_date), end=_datetime(found.end_date))
+        reservation_id=reservation_id,
+        found=True,
+        state=found.state or "",
+        reservation_type=found.reservation_type or "",
+        instance_type=found.instance_type or "",
+        availability_zone=found.availability_zone or "",
+        total_instance_count=int(found.instance_count or 0),
+        start=_datetime(found.start_date),
+        end=_datetime(found.end_date),
+    )
 
 
 def default_route_target(routes) -> str | None:
@@ -64,12 +79,18 @@ def subnet_facts(subnet_id: str) -> SubnetFacts:
     try:
         table = aws.ec2.get_route_table(subnet_id=subnet_id)
     except Exception:  # noqa: BLE001 - no explicit association: the VPC's main table applies
-        table = aws.ec2.get_route_table(vpc_id=subnet.vpc_id, filters=[
-            aws.ec2.GetRouteTableFilterArgs(name="association.main", values=["true"])])
+        table = aws.ec2.get_route_table(
+            vpc_id=subnet.vpc_id, filters=[aws.ec2.GetRouteTableFilterArgs(name="association.main", values=["true"])]
+        )
     vpc = aws.ec2.get_vpc(id=subnet.vpc_id)
-    return SubnetFacts(subnet_id=subnet_id, found=True, availability_zone=subnet.availability_zone,
-                       vpc_id=subnet.vpc_id, default_route_target=default_route_target(table.routes),
-                       vpc_dns_support=bool(vpc.enable_dns_support))
+    return SubnetFacts(
+        subnet_id=subnet_id,
+        found=True,
+        availability_zone=subnet.availability_zone,
+        vpc_id=subnet.vpc_id,
+        default_route_target=default_route_target(table.routes),
+        vpc_dns_support=bool(vpc.enable_dns_support),
+    )
 
 
 def image_problems(ami_id: str, region: str) -> list[tuple[str, str]]:
@@ -77,11 +98,17 @@ def image_problems(ami_id: str, region: str) -> list[tuple[str, str]]:
     dynamic nodes). Deprecated AMIs still launch by id, so they are looked up too."""
     path = f"{ROOT}.image.ami_id"
     try:
-        ami = aws.ec2.get_ami(filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])],
-                              include_deprecated=True)
+        ami = aws.ec2.get_ami(
+            filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])], include_deprecated=True
+        )
     except Exception as err:  # noqa: BLE001
-        return [(path, f"could not find {ami_id} in {region}: {_why(err)}; AMI ids are per region: pin the id "
-                       "the DLAMI parameter gives in this region")]
+        return [
+            (
+                path,
+                f"could not find {ami_id} in {region}: {_why(err)}; AMI ids are per region: pin the id "
+                "the DLAMI parameter gives in this region",
+            )
+        ]
     why = image_refusal(ami_id, ami.name or "", ami.description or "", ami.architecture or "")
     return [(path, why)] if why else []
 
@@ -98,19 +125,29 @@ def gather(cfg: ClusterConfig, region: str, now: datetime) -> PreflightFacts:
         try:
             blocks[b.reservation_id] = block_facts(b.reservation_id)
         except Exception as err:  # noqa: BLE001
-            errors.append((f"{ROOT}.capacity.capacity_blocks[{i}].reservation_id",
-                           f"could not read Capacity Block {b.reservation_id} in {region}: {_why(err)}; check the "
-                           "id and aws:region (`python3 -m ops find-blocks` lists and buys blocks)"))
+            errors.append(
+                (
+                    f"{ROOT}.capacity.capacity_blocks[{i}].reservation_id",
+                    f"could not read Capacity Block {b.reservation_id} in {region}: {_why(err)}; check the "
+                    "id and aws:region (`python3 -m ops find-blocks` lists and buys blocks)",
+                )
+            )
     subnet = None
     if cfg.network.subnet_id:
         try:
             subnet = subnet_facts(cfg.network.subnet_id)
         except Exception as err:  # noqa: BLE001
-            errors.append((f"{ROOT}.network.subnet_id", f"could not read subnet {cfg.network.subnet_id} in {region}, "
-                                                        f"its route table or its VPC: {_why(err)}; check the id and "
-                                                        "aws:region, or omit subnet_id to create a VPC"))
-    return PreflightFacts(region=region, now=now, region_zones=zones, blocks=blocks, subnet=subnet,
-                          lookup_errors=tuple(errors))
+            errors.append(
+                (
+                    f"{ROOT}.network.subnet_id",
+                    f"could not read subnet {cfg.network.subnet_id} in {region}, "
+                    f"its route table or its VPC: {_why(err)}; check the id and "
+                    "aws:region, or omit subnet_id to create a VPC",
+                )
+            )
+    return PreflightFacts(
+        region=region, now=now, region_zones=zones, blocks=blocks, subnet=subnet, lookup_errors=tuple(errors)
+    )
 
 
 def preflight(cfg: ClusterConfig, region: str, now: datetime) -> None:

@@ -25,8 +25,10 @@ from infra.component import Component
 # security groups, so no other port is needed.
 SECURITY_GROUP_DESCRIPTION = "gpu-cluster: EFA nodes and FSx, self-referencing"
 
-INTERNET_EGRESS_PORTS = (("tcp", 443, "HTTPS: SSM agent, image pulls, S3, FSx client repo"),
-                         ("tcp", 80, "HTTP: Ubuntu apt mirrors"))
+INTERNET_EGRESS_PORTS = (
+    ("tcp", 443, "HTTPS: SSM agent, image pulls, S3, FSx client repo"),
+    ("tcp", 80, "HTTP: Ubuntu apt mirrors"),
+)
 
 
 @dataclass
@@ -49,24 +51,42 @@ class NodeSecurityGroup(Component):
         # its security groups in place). So it is one constant, without the cluster name;
         # the Name tag says which cluster it belongs to.
         sg = aws.ec2.SecurityGroup(
-            f"{name}-sg", vpc_id=args.vpc_id,
+            f"{name}-sg",
+            vpc_id=args.vpc_id,
             description=SECURITY_GROUP_DESCRIPTION,
             revoke_rules_on_delete=True,
-            tags={**args.tags, "Name": f"{args.cluster_name}-nodes"}, opts=self.child)
+            tags={**args.tags, "Name": f"{args.cluster_name}-nodes"},
+            opts=self.child,
+        )
         aws.vpc.SecurityGroupIngressRule(
-            f"{name}-self-in", security_group_id=sg.id, ip_protocol="-1",
+            f"{name}-self-in",
+            security_group_id=sg.id,
+            ip_protocol="-1",
             referenced_security_group_id=sg.id,
             description="EFA and Slurm between nodes; FSx Lustre TCP 988, 1018-1023",
-            tags=args.tags, opts=self.child)
+            tags=args.tags,
+            opts=self.child,
+        )
         aws.vpc.SecurityGroupEgressRule(
-            f"{name}-self-out", security_group_id=sg.id, ip_protocol="-1",
+            f"{name}-self-out",
+            security_group_id=sg.id,
+            ip_protocol="-1",
             referenced_security_group_id=sg.id,
             description="EFA needs egress to the group itself; FSx Lustre ports",
-            tags=args.tags, opts=self.child)
+            tags=args.tags,
+            opts=self.child,
+        )
         for proto, port, why in INTERNET_EGRESS_PORTS:
             aws.vpc.SecurityGroupEgressRule(
-                f"{name}-internet-{proto}{port}", security_group_id=sg.id, ip_protocol=proto,
-                from_port=port, to_port=port, cidr_ipv4="0.0.0.0/0", description=why,
-                tags=args.tags, opts=self.child)
+                f"{name}-internet-{proto}{port}",
+                security_group_id=sg.id,
+                ip_protocol=proto,
+                from_port=port,
+                to_port=port,
+                cidr_ipv4="0.0.0.0/0",
+                description=why,
+                tags=args.tags,
+                opts=self.child,
+            )
         self.security_group_id = sg.id
         self.register_outputs({"security_group_id": self.security_group_id})

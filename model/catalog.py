@@ -76,24 +76,50 @@ class InstanceSpec:
 def _p4_family(name: str, gpu_memory_mib: int) -> InstanceSpec:
     # p4d and p4de differ only in GPU memory (A100 40 GB vs 80 GB) [K-IT].
     return InstanceSpec(
-        name=name, gpu_model="A100", gpus=8, gpu_memory_mib=gpu_memory_mib,
-        vcpus=96, sockets=2, cores_per_socket=24, threads_per_core=2,
-        memory_mib=1179648, network_cards=4, efa_count=4, efa_on_card0=True,
-        local_nvme_gb=8000, efa_gbps=400,
-        sources={"gpus,vcpus,memory,nvme,bandwidth": "K-IT", "cards": "CNI",
-                 "topology": "AWSOME-PC", "layout": "EFA-ACC pattern"},
+        name=name,
+        gpu_model="A100",
+        gpus=8,
+        gpu_memory_mib=gpu_memory_mib,
+        vcpus=96,
+        sockets=2,
+        cores_per_socket=24,
+        threads_per_core=2,
+        memory_mib=1179648,
+        network_cards=4,
+        efa_count=4,
+        efa_on_card0=True,
+        local_nvme_gb=8000,
+        efa_gbps=400,
+        sources={
+            "gpus,vcpus,memory,nvme,bandwidth": "K-IT",
+            "cards": "CNI",
+            "topology": "AWSOME-PC",
+            "layout": "EFA-ACC pattern",
+        },
         unconfirmed=("efa_on_card0",),
     )
 
 
-def _p5_family(name: str, gpu_model: str, gpu_memory_mib: int, *, cards: int,
-               sources: dict[str, str], unconfirmed: tuple[str, ...]) -> InstanceSpec:
+def _p5_family(
+    name: str, gpu_model: str, gpu_memory_mib: int, *, cards: int, sources: dict[str, str], unconfirmed: tuple[str, ...]
+) -> InstanceSpec:
     return InstanceSpec(
-        name=name, gpu_model=gpu_model, gpus=8, gpu_memory_mib=gpu_memory_mib,
-        vcpus=192, sockets=2, cores_per_socket=48, threads_per_core=2,
-        memory_mib=2097152, network_cards=cards, efa_count=cards, efa_on_card0=True,
-        local_nvme_gb=30400, efa_gbps=3200,
-        sources=sources, unconfirmed=unconfirmed,
+        name=name,
+        gpu_model=gpu_model,
+        gpus=8,
+        gpu_memory_mib=gpu_memory_mib,
+        vcpus=192,
+        sockets=2,
+        cores_per_socket=48,
+        threads_per_core=2,
+        memory_mib=2097152,
+        network_cards=cards,
+        efa_count=cards,
+        efa_on_card0=True,
+        local_nvme_gb=30400,
+        efa_gbps=3200,
+        sources=sources,
+        unconfirmed=unconfirmed,
     )
 
 
@@ -103,27 +129,44 @@ CATALOG: dict[str, InstanceSpec] = {
         _p4_family("p4d.24xlarge", 40960),
         _p4_family("p4de.24xlarge", 81920),
         _p5_family(
-            "p5.48xlarge", "H100", 81920, cards=32,
-            sources={"gpus,vcpus,memory,nvme,efa": "K-FAKE", "cards": "CNI",
-                     "topology": "PC-5797", "layout,bandwidth": "EFA-ACC"},
+            "p5.48xlarge",
+            "H100",
+            81920,
+            cards=32,
+            sources={
+                "gpus,vcpus,memory,nvme,efa": "K-FAKE",
+                "cards": "CNI",
+                "topology": "PC-5797",
+                "layout,bandwidth": "EFA-ACC",
+            },
             unconfirmed=(),
         ),
         _p5_family(
-            "p5e.48xlarge", "H200", 144384, cards=32,
-            sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI",
-                     "layout": "EFA-ACC"},
+            "p5e.48xlarge",
+            "H200",
+            144384,
+            cards=32,
+            sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI", "layout": "EFA-ACC"},
             unconfirmed=("sockets", "cores_per_socket"),
         ),
         _p5_family(
-            "p5en.48xlarge", "H200", 144384, cards=16,
-            sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI",
-                     "layout": "EFA-ACC (16-card layout derived)"},
+            "p5en.48xlarge",
+            "H200",
+            144384,
+            cards=16,
+            sources={
+                "gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT",
+                "cards": "CNI",
+                "layout": "EFA-ACC (16-card layout derived)",
+            },
             unconfirmed=("sockets", "cores_per_socket"),
         ),
         _p5_family(
-            "p6-b200.48xlarge", "B200", 183359, cards=8,
-            sources={"gpus,vcpus,memory,nvme,efa": "K-IT", "cards": "CNI",
-                     "layout,bandwidth": "EFA-ACC"},
+            "p6-b200.48xlarge",
+            "B200",
+            183359,
+            cards=8,
+            sources={"gpus,vcpus,memory,nvme,efa": "K-IT", "cards": "CNI", "layout,bandwidth": "EFA-ACC"},
             unconfirmed=("sockets", "cores_per_socket"),
         ),
     )

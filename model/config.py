@@ -20,10 +20,7 @@ CONFIG_NAMESPACE = "gpu-cluster"
 CONFIG_KEY = "cluster"
 ROOT = f"{CONFIG_NAMESPACE}:{CONFIG_KEY}"
 
-DLAMI_SSM_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/"
-    "base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
-)
+DLAMI_SSM_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 
 # Capacity Blocks hold at most 64 instances each [CB-USE].
 MAX_INSTANCES_PER_BLOCK = 64
@@ -81,7 +78,16 @@ class NetworkConfig(Strict):
     @field_validator("subnet_id")
     @classmethod
     def _subnet(cls, v: str | None) -> str | None:
-        return v if v is None else _aws_id("subnet", v, "a subnet id", "use the 'subnet-0123abcd...' id of an existing subnet, or omit it to create a VPC")
+        return (
+            v
+            if v is None
+            else _aws_id(
+                "subnet",
+                v,
+                "a subnet id",
+                "use the 'subnet-0123abcd...' id of an existing subnet, or omit it to create a VPC",
+            )
+        )
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -102,8 +108,12 @@ class CapacityBlock(Strict):
     reservation_id: str = Field(description="Capacity Block reservation id (cr-...).")
     instance_count: int = Field(gt=0, description="Instances the block holds.")
     availability_zone: str = Field(description="AZ of the block (must equal network.availability_zone).")
-    start: datetime | None = Field(None, description="Block start, ISO-8601 with zone (e.g. 2026-12-01T11:30:00Z); required to deploy.")
-    end: datetime | None = Field(None, description="Block end, ISO-8601 with zone (blocks end at 11:30 UTC); required to deploy.")
+    start: datetime | None = Field(
+        None, description="Block start, ISO-8601 with zone (e.g. 2026-12-01T11:30:00Z); required to deploy."
+    )
+    end: datetime | None = Field(
+        None, description="Block end, ISO-8601 with zone (blocks end at 11:30 UTC); required to deploy."
+    )
 
     @field_validator("start", "end")
     @classmethod
@@ -111,14 +121,18 @@ class CapacityBlock(Strict):
         # A time without a zone would be read in the local zone of whoever runs
         # `pulumi up`: the schedule would move with the operator's laptop.
         if v is not None and (v.tzinfo is None or v.utcoffset() is None):
-            raise ValueError(f"'{v.isoformat()}' has no time zone; write it in UTC with a Z, e.g. '2026-12-08T11:30:00Z'")
+            raise ValueError(
+                f"'{v.isoformat()}' has no time zone; write it in UTC with a Z, e.g. '2026-12-08T11:30:00Z'"
+            )
         return v.astimezone(UTC) if v is not None else v
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not _SLURM_NAME.match(v):
-            raise ValueError(f"'{v}' is not a valid block name; use letters, digits, '-' or '_', starting with a letter, at most 32 characters")
+            raise ValueError(
+                f"'{v}' is not a valid block name; use letters, digits, '-' or '_', starting with a letter, at most 32 characters"
+            )
         return v
 
     @field_validator("reservation_id")
@@ -130,23 +144,36 @@ class CapacityBlock(Strict):
     @classmethod
     def _count(cls, v: int) -> int:
         if v > MAX_INSTANCES_PER_BLOCK:
-            raise ValueError(f"a Capacity Block holds at most {MAX_INSTANCES_PER_BLOCK} instances; split it into several blocks")
+            raise ValueError(
+                f"a Capacity Block holds at most {MAX_INSTANCES_PER_BLOCK} instances; split it into several blocks"
+            )
         return v
 
 
 class CapacityConfig(Strict):
     nodes: int = Field(ge=2, le=4096, description="GPU nodes in the cluster (one of them is the controller).")
-    capacity_blocks: tuple[CapacityBlock, ...] = Field((), description="Capacity Blocks to place nodes in; empty for on-demand.")
-    placement_group: bool | None = Field(None, description="Cluster placement group; on-demand only (default true there).")
-    block_end_margin_minutes: int = Field(DEFAULT_BLOCK_END_MARGIN_MINUTES, description="Minutes before a block's end at which its group scales to zero and Slurm stops starting jobs there (at least 30).")
+    capacity_blocks: tuple[CapacityBlock, ...] = Field(
+        (), description="Capacity Blocks to place nodes in; empty for on-demand."
+    )
+    placement_group: bool | None = Field(
+        None, description="Cluster placement group; on-demand only (default true there)."
+    )
+    block_end_margin_minutes: int = Field(
+        DEFAULT_BLOCK_END_MARGIN_MINUTES,
+        description="Minutes before a block's end at which its group scales to zero and Slurm stops starting jobs there (at least 30).",
+    )
 
     @field_validator("block_end_margin_minutes")
     @classmethod
     def _margin(cls, v: int) -> int:
         if v < EC2_BLOCK_END_LEAD_MINUTES:
-            raise ValueError(f"{v} minutes is less than the {EC2_BLOCK_END_LEAD_MINUTES} minutes before a block's end at which EC2 terminates its instances; use at least {EC2_BLOCK_END_LEAD_MINUTES} (default {DEFAULT_BLOCK_END_MARGIN_MINUTES})")
+            raise ValueError(
+                f"{v} minutes is less than the {EC2_BLOCK_END_LEAD_MINUTES} minutes before a block's end at which EC2 terminates its instances; use at least {EC2_BLOCK_END_LEAD_MINUTES} (default {DEFAULT_BLOCK_END_MARGIN_MINUTES})"
+            )
         if v > 24 * 60:
-            raise ValueError(f"{v} minutes is more than a day; use {DEFAULT_BLOCK_END_MARGIN_MINUTES} unless jobs need a longer stop")
+            raise ValueError(
+                f"{v} minutes is more than a day; use {DEFAULT_BLOCK_END_MARGIN_MINUTES} unless jobs need a longer stop"
+            )
         return v
 
 
@@ -168,7 +195,9 @@ class DataRepository(Strict):
     @classmethod
     def _path(cls, v: str) -> str:
         if not re.match(r"^/[A-Za-z0-9._/-]+$", v) or v == "/" or v.startswith("/.gpu-cluster"):
-            raise ValueError(f"'{v}' is not a usable path; use an absolute path such as '/data' (not '/' or '/.gpu-cluster')")
+            raise ValueError(
+                f"'{v}' is not a usable path; use an absolute path such as '/data' (not '/' or '/.gpu-cluster')"
+            )
         return v
 
 
@@ -180,7 +209,9 @@ class FsxIdentity(Strict):
     them fail before anything is touched (model/fsx_identity.py).
     """
 
-    cluster_name: str = Field(description="Cluster name (in the logical names of the file system and its security group).")
+    cluster_name: str = Field(
+        description="Cluster name (in the logical names of the file system and its security group)."
+    )
     deployment_type: FsxDeployment = Field(description="FSx deployment type.")
     storage_type: str = Field(description="FSx storage type.")
     file_system_type_version: str = Field(description="Lustre version.")
@@ -195,11 +226,23 @@ class FsxConfig(Strict):
     storage_capacity_gib: int = Field(1200, description="Storage capacity, GiB (1200, 2400, then type's increment).")
     per_unit_storage_throughput: int | None = Field(250, description="MB/s/TiB; PERSISTENT types only.")
     data_repository: DataRepository | None = Field(None, description="Optional S3 data repository.")
-    protect: bool | None = Field(None, description="Pulumi `protect`: a preview that would delete or replace the file system fails (default: true for PERSISTENT types).")
-    backup_retention_days: int = Field(7, ge=0, le=MAX_BACKUP_RETENTION_DAYS, description="Automatic daily backups kept, days (PERSISTENT types; 0 needs allow_no_backups).")
+    protect: bool | None = Field(
+        None,
+        description="Pulumi `protect`: a preview that would delete or replace the file system fails (default: true for PERSISTENT types).",
+    )
+    backup_retention_days: int = Field(
+        7,
+        ge=0,
+        le=MAX_BACKUP_RETENTION_DAYS,
+        description="Automatic daily backups kept, days (PERSISTENT types; 0 needs allow_no_backups).",
+    )
     allow_no_backups: bool = Field(False, description="Opt-out that lets backup_retention_days be 0.")
-    allow_replace: bool = Field(False, description="Let an edit of a pinned value replace the file system (its data is lost).")
-    pinned: FsxIdentity | None = Field(None, description="Values the file system was created with (copy of the `fsx_identity` stack output).")
+    allow_replace: bool = Field(
+        False, description="Let an edit of a pinned value replace the file system (its data is lost)."
+    )
+    pinned: FsxIdentity | None = Field(
+        None, description="Values the file system was created with (copy of the `fsx_identity` stack output)."
+    )
 
     @property
     def persistent(self) -> bool:
@@ -211,14 +254,22 @@ class FsxConfig(Strict):
 
 
 class ImageConfig(Strict):
-    ami_id: str | None = Field(None, description="Pinned AMI id every node boots (required to deploy unless allow_unpinned).")
+    ami_id: str | None = Field(
+        None, description="Pinned AMI id every node boots (required to deploy unless allow_unpinned)."
+    )
     ssm_parameter: str = Field(DLAMI_SSM_PARAMETER, description="Public SSM parameter the pinned AMI id was read from.")
-    allow_unpinned: bool = Field(False, description="Boot whatever AMI ssm_parameter names at each launch (replacements may get another kernel).")
+    allow_unpinned: bool = Field(
+        False, description="Boot whatever AMI ssm_parameter names at each launch (replacements may get another kernel)."
+    )
 
     @field_validator("ami_id")
     @classmethod
     def _ami(cls, v: str | None) -> str | None:
-        return v if v is None else _aws_id("ami", v, "an AMI id", "use 'ami-0123...' or omit it to use the DLAMI SSM parameter")
+        return (
+            v
+            if v is None
+            else _aws_id("ami", v, "an AMI id", "use 'ami-0123...' or omit it to use the DLAMI SSM parameter")
+        )
 
     @field_validator("ssm_parameter")
     @classmethod
@@ -226,7 +277,9 @@ class ImageConfig(Strict):
         if not v.startswith("/"):
             raise ValueError(f"'{v}' is not an SSM parameter path; it must start with '/'")
         if UNSUPPORTED_UBUNTU.search(v):
-            raise ValueError(f"'{v}' is an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes (slurmd -Z came in 22.05) and its AppArmor cannot load Enroot's profile; use the Ubuntu 24.04 DLAMI parameter '{DLAMI_SSM_PARAMETER}'")
+            raise ValueError(
+                f"'{v}' is an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes (slurmd -Z came in 22.05) and its AppArmor cannot load Enroot's profile; use the Ubuntu 24.04 DLAMI parameter '{DLAMI_SSM_PARAMETER}'"
+            )
         return v
 
 
@@ -239,23 +292,29 @@ class RootVolumeConfig(Strict):
 class SlurmConfig(Strict):
     partition: str = Field("train", description="Default Slurm partition name.")
     default_time_minutes: int = Field(
-        60, ge=1, le=43200,
-        description="Time limit of a job submitted without --time (partition DefaultTime).")
+        60, ge=1, le=43200, description="Time limit of a job submitted without --time (partition DefaultTime)."
+    )
 
     @field_validator("partition")
     @classmethod
     def _partition(cls, v: str) -> str:
         if not _SLURM_NAME.match(v) or v.upper() == "DEFAULT":
-            raise ValueError(f"'{v}' is not a valid Slurm partition name; use letters, digits, '-' or '_' (not 'DEFAULT')")
+            raise ValueError(
+                f"'{v}' is not a valid Slurm partition name; use letters, digits, '-' or '_' (not 'DEFAULT')"
+            )
         return v
 
 
 class ValidationConfig(Strict):
     enabled: bool = Field(True, description="Submit the first-boot validation job on the controller.")
-    container_image: str = Field("nvcr.io#nvidia/pytorch:26.08-py3", description="Training image for the in-container check ('' skips it).")
+    container_image: str = Field(
+        "nvcr.io#nvidia/pytorch:26.08-py3", description="Training image for the in-container check ('' skips it)."
+    )
     time_limit_minutes: int = Field(60, ge=5, le=720, description="Slurm time limit of the validation job.")
     baseline_margin: float = Field(0.10, gt=0, lt=1, description="Drop vs baseline that turns a run NO-GO.")
-    wait_for_nodes_minutes: int = Field(30, ge=1, le=240, description="How long the controller waits for nodes to be idle.")
+    wait_for_nodes_minutes: int = Field(
+        30, ge=1, le=240, description="How long the controller waits for nodes to be idle."
+    )
 
 
 _TAG_KEY = re.compile(r"^[\w .:/=+\-@]{1,128}$")
@@ -271,13 +330,17 @@ class ClusterConfig(Strict):
     root_volume: RootVolumeConfig = Field(RootVolumeConfig(), description="Encrypted gp3 root volume.")
     slurm: SlurmConfig = Field(SlurmConfig(), description="Slurm settings.")
     validation: ValidationConfig = Field(ValidationConfig(), description="First-boot validation gate.")
-    tags: dict[Annotated[str, Field(min_length=1)], str] = Field(default_factory=dict, description="Tags on every resource.")
+    tags: dict[Annotated[str, Field(min_length=1)], str] = Field(
+        default_factory=dict, description="Tags on every resource."
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not _CLUSTER_NAME.match(v):
-            raise ValueError(f"'{v}' is not a valid cluster name; use 2-24 lowercase letters, digits or '-', starting with a letter (AWS names and Slurm ClusterName)")
+            raise ValueError(
+                f"'{v}' is not a valid cluster name; use 2-24 lowercase letters, digits or '-', starting with a letter (AWS names and Slurm ClusterName)"
+            )
         return v
 
     @field_validator("instance_type")
@@ -294,7 +357,9 @@ class ClusterConfig(Strict):
             if key.lower().startswith("aws:"):
                 raise ValueError(f"tag key '{key}' uses the reserved 'aws:' prefix; rename it")
             if not _TAG_KEY.match(key):
-                raise ValueError(f"tag key '{key}' has characters AWS rejects or is longer than 128; use letters, digits, spaces and _.:/=+-@")
+                raise ValueError(
+                    f"tag key '{key}' has characters AWS rejects or is longer than 128; use letters, digits, spaces and _.:/=+-@"
+                )
             if len(value) > 256:
                 raise ValueError(f"tag '{key}' value is longer than 256 characters; shorten it")
         return v
@@ -386,76 +451,162 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
     p = lambda *parts: _loc_to_path(parts)  # noqa: E731
 
     if cfg.network.subnet_id and "vpc_cidr" in cfg.network.model_fields_set:
-        problems.append((p("network", "vpc_cidr"), "only used when a VPC is created; remove it or remove network.subnet_id"))
+        problems.append(
+            (p("network", "vpc_cidr"), "only used when a VPC is created; remove it or remove network.subnet_id")
+        )
 
     blocks = cap.capacity_blocks
     names = [b.name for b in blocks]
     for i, b in enumerate(blocks):
         if names.index(b.name) != i:
-            problems.append((p("capacity", "capacity_blocks", i, "name"), f"duplicate block name '{b.name}'; give each block its own name"))
+            problems.append(
+                (
+                    p("capacity", "capacity_blocks", i, "name"),
+                    f"duplicate block name '{b.name}'; give each block its own name",
+                )
+            )
         if [x.reservation_id for x in blocks].index(b.reservation_id) != i:
-            problems.append((p("capacity", "capacity_blocks", i, "reservation_id"), f"reservation {b.reservation_id} is listed twice; list each block once"))
+            problems.append(
+                (
+                    p("capacity", "capacity_blocks", i, "reservation_id"),
+                    f"reservation {b.reservation_id} is listed twice; list each block once",
+                )
+            )
         if b.availability_zone != net.availability_zone:
-            problems.append((
-                p("capacity", "capacity_blocks", i, "availability_zone"),
-                f"block is in {b.availability_zone} but the cluster subnet is in {net.availability_zone}; EFA peers must share one subnet and AZ, so use blocks from one AZ and set network.availability_zone to it",
-            ))
+            problems.append(
+                (
+                    p("capacity", "capacity_blocks", i, "availability_zone"),
+                    f"block is in {b.availability_zone} but the cluster subnet is in {net.availability_zone}; EFA peers must share one subnet and AZ, so use blocks from one AZ and set network.availability_zone to it",
+                )
+            )
     if blocks:
         held = sum(b.instance_count for b in blocks)
         if cap.nodes > held:
-            problems.append((p("capacity", "nodes"), f"{cap.nodes} nodes requested but the capacity blocks hold {held}; lower capacity.nodes or add a block"))
+            problems.append(
+                (
+                    p("capacity", "nodes"),
+                    f"{cap.nodes} nodes requested but the capacity blocks hold {held}; lower capacity.nodes or add a block",
+                )
+            )
         if cap.placement_group:
-            problems.append((p("capacity", "placement_group"), "Capacity Blocks are already co-located and do not take a placement group; remove it"))
+            problems.append(
+                (
+                    p("capacity", "placement_group"),
+                    "Capacity Blocks are already co-located and do not take a placement group; remove it",
+                )
+            )
         # Filling blocks in order must leave no block empty: an empty ASG in a
         # paid block is almost always a mistake in the stack file.
         # The first block also holds the controller, so a first block of one instance
         # with no worker left is fully used.
         for g in cfg.node_groups():
-            if (g.role == "worker" and g.size == 0 and g.block is not None and len(blocks) > 1
-                    and g.block.name != blocks[0].name):
+            if (
+                g.role == "worker"
+                and g.size == 0
+                and g.block is not None
+                and len(blocks) > 1
+                and g.block.name != blocks[0].name
+            ):
                 idx = names.index(g.block.name)
-                problems.append((p("capacity", "capacity_blocks", idx), f"block '{g.block.name}' gets no nodes; remove it or raise capacity.nodes"))
+                problems.append(
+                    (
+                        p("capacity", "capacity_blocks", idx),
+                        f"block '{g.block.name}' gets no nodes; remove it or raise capacity.nodes",
+                    )
+                )
 
     dt = fsx.deployment_type
     cap_gib = fsx.storage_capacity_gib
     inc = _FSX_INCREMENT[dt]
     if cap_gib < 1200 or (cap_gib not in (1200, 2400) and cap_gib % inc != 0):
-        problems.append((p("fsx", "storage_capacity_gib"), f"{cap_gib} GiB is not allowed for {dt}; use 1200, 2400 or a multiple of {inc}"))
+        problems.append(
+            (
+                p("fsx", "storage_capacity_gib"),
+                f"{cap_gib} GiB is not allowed for {dt}; use 1200, 2400 or a multiple of {inc}",
+            )
+        )
     allowed = _FSX_THROUGHPUT.get(dt)
     tput = fsx.per_unit_storage_throughput
     if allowed is None and tput is not None and "per_unit_storage_throughput" in fsx.model_fields_set:
         problems.append((p("fsx", "per_unit_storage_throughput"), f"{dt} has no per-unit throughput; remove it"))
     elif allowed is not None and tput not in allowed:
-        problems.append((p("fsx", "per_unit_storage_throughput"), f"{tput} MB/s/TiB is not allowed for {dt}; use one of {', '.join(map(str, allowed))}"))
+        problems.append(
+            (
+                p("fsx", "per_unit_storage_throughput"),
+                f"{tput} MB/s/TiB is not allowed for {dt}; use one of {', '.join(map(str, allowed))}",
+            )
+        )
     if fsx.data_repository is not None and dt.startswith("SCRATCH_1"):
-        problems.append((p("fsx", "data_repository"), "SCRATCH_1 data repositories use import paths we do not manage; use PERSISTENT_2 or SCRATCH_2"))
+        problems.append(
+            (
+                p("fsx", "data_repository"),
+                "SCRATCH_1 data repositories use import paths we do not manage; use PERSISTENT_2 or SCRATCH_2",
+            )
+        )
 
     for i, b in enumerate(blocks):
         if b.end is not None and (b.end.hour, b.end.minute, b.end.second) != (*BLOCK_END_UTC, 0):
-            problems.append((p("capacity", "capacity_blocks", i, "end"), f"{iso_utc(b.end)} is not a Capacity Block end; blocks end at 11:30 UTC: copy the end date EC2 shows for {b.reservation_id}"))
+            problems.append(
+                (
+                    p("capacity", "capacity_blocks", i, "end"),
+                    f"{iso_utc(b.end)} is not a Capacity Block end; blocks end at 11:30 UTC: copy the end date EC2 shows for {b.reservation_id}",
+                )
+            )
         if b.start is not None and b.end is not None:
             if b.end <= b.start:
-                problems.append((p("capacity", "capacity_blocks", i, "end"), f"{iso_utc(b.end)} is not after start {iso_utc(b.start)}; copy both dates EC2 shows for {b.reservation_id}"))
+                problems.append(
+                    (
+                        p("capacity", "capacity_blocks", i, "end"),
+                        f"{iso_utc(b.end)} is not after start {iso_utc(b.start)}; copy both dates EC2 shows for {b.reservation_id}",
+                    )
+                )
             elif (b.end - b.start).total_seconds() <= cap.block_end_margin_minutes * 60:
-                problems.append((p("capacity", "capacity_blocks", i, "end"), f"the block is not longer than capacity.block_end_margin_minutes ({cap.block_end_margin_minutes}): its nodes would be stopped before they start"))
+                problems.append(
+                    (
+                        p("capacity", "capacity_blocks", i, "end"),
+                        f"the block is not longer than capacity.block_end_margin_minutes ({cap.block_end_margin_minutes}): its nodes would be stopped before they start",
+                    )
+                )
         elif (b.start is None) != (b.end is None):
             missing, given = ("start", "end") if b.start is None else ("end", "start")
-            problems.append((p("capacity", "capacity_blocks", i, missing), f"required with {given}; copy both dates EC2 shows for {b.reservation_id}"))
+            problems.append(
+                (
+                    p("capacity", "capacity_blocks", i, missing),
+                    f"required with {given}; copy both dates EC2 shows for {b.reservation_id}",
+                )
+            )
     if not blocks and "block_end_margin_minutes" in cap.model_fields_set:
         problems.append((p("capacity", "block_end_margin_minutes"), "only used with Capacity Blocks; remove it"))
 
     if fsx.persistent:
         if fsx.backup_retention_days == 0 and not fsx.allow_no_backups:
-            problems.append((p("fsx", "backup_retention_days"), "0 turns automatic backups off: a deleted or replaced file system cannot be restored; use 1-90, or add fsx.allow_no_backups: true to accept that"))
+            problems.append(
+                (
+                    p("fsx", "backup_retention_days"),
+                    "0 turns automatic backups off: a deleted or replaced file system cannot be restored; use 1-90, or add fsx.allow_no_backups: true to accept that",
+                )
+            )
         elif fsx.allow_no_backups and fsx.backup_retention_days > 0:
-            problems.append((p("fsx", "allow_no_backups"), f"backups are on ({fsx.backup_retention_days} days); remove allow_no_backups"))
+            problems.append(
+                (
+                    p("fsx", "allow_no_backups"),
+                    f"backups are on ({fsx.backup_retention_days} days); remove allow_no_backups",
+                )
+            )
     else:
         for key in ("backup_retention_days", "allow_no_backups"):
             if key in fsx.model_fields_set:
-                problems.append((p("fsx", key), f"{dt} file systems have no backups (FSx backs up PERSISTENT types only); remove it, or use PERSISTENT_2"))
+                problems.append(
+                    (
+                        p("fsx", key),
+                        f"{dt} file systems have no backups (FSx backs up PERSISTENT types only); remove it, or use PERSISTENT_2",
+                    )
+                )
 
     if cfg.image.ami_id and cfg.image.allow_unpinned:
-        problems.append((p("image", "allow_unpinned"), "image.ami_id pins the image already; remove allow_unpinned or ami_id"))
+        problems.append(
+            (p("image", "allow_unpinned"), "image.ami_id pins the image already; remove allow_unpinned or ami_id")
+        )
     return problems
 
 
@@ -465,8 +616,12 @@ def _section(path: str) -> str:
 
 
 # Valid stand-ins for sections that failed shape validation (or are missing).
-_STAND_INS = {"name": "stand-in", "instance_type": SUPPORTED_INSTANCE_TYPES[0],
-              "network": {"availability_zone": "us-east-1a"}, "capacity": {"nodes": 2}}
+_STAND_INS = {
+    "name": "stand-in",
+    "instance_type": SUPPORTED_INSTANCE_TYPES[0],
+    "network": {"availability_zone": "us-east-1a"},
+    "capacity": {"nodes": 2},
+}
 
 
 def _semantic_errors_beside(raw: dict, shape: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -44,7 +44,7 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
         else:
             default = f"`{field.default!r}`" if field.default not in (None, ()) else "none"
         rows.append(f"| `{path}` | {_type_name(annotation)} | {default} | {field.description or ''} |")
-        for sub in ([nested] if nested else inner):
+        for sub in [nested] if nested else inner:
             sub_prefix = f"{path}[]" if typing.get_origin(annotation) is tuple else path
             rows.extend(_rows(sub, sub_prefix))
     return rows

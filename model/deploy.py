@@ -21,11 +21,15 @@ def image_problems(cfg: ClusterConfig, region: str) -> list[tuple[str, str]]:
     img = cfg.image
     if img.ami_id or img.allow_unpinned:
         return []
-    return [(f"{ROOT}.image.ami_id",
-             "required to deploy: pin the image so every node, including replacements, boots the same kernel; "
-             f"`python3 -m ops pin --stack <stack> --image` resolves {img.ssm_parameter} in {region} and prints "
-             "the image.ami_id line (or set image.allow_unpinned: true to boot whatever the parameter names at "
-             "each launch)")]
+    return [
+        (
+            f"{ROOT}.image.ami_id",
+            "required to deploy: pin the image so every node, including replacements, boots the same kernel; "
+            f"`python3 -m ops pin --stack <stack> --image` resolves {img.ssm_parameter} in {region} and prints "
+            "the image.ami_id line (or set image.allow_unpinned: true to boot whatever the parameter names at "
+            "each launch)",
+        )
+    ]
 
 
 def deploy_problems(cfg: ClusterConfig, now: datetime, region: str) -> list[tuple[str, str]]:

@@ -85,25 +85,33 @@ def replacement_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
     if pinned is None:
         return []
     now = fsx_identity(cfg)
-    replaced = [f for f in FsxIdentity.model_fields
-                if _replaces(f, getattr(pinned, f), getattr(now, f), now.deployment_type)]
+    replaced = [
+        f for f in FsxIdentity.model_fields if _replaces(f, getattr(pinned, f), getattr(now, f), now.deployment_type)
+    ]
     if cfg.fsx.allow_replace:
         if replaced:
             return []
         # Left on after the replacement, it would keep protect off for good.
-        return [(f"{ROOT}.fsx.allow_replace", "nothing pinned changes, so nothing is replaced; remove it (it also "
-                                              "turns Pulumi protect off), and re-pin fsx.pinned if you just replaced "
-                                              "the file system")]
+        return [
+            (
+                f"{ROOT}.fsx.allow_replace",
+                "nothing pinned changes, so nothing is replaced; remove it (it also "
+                "turns Pulumi protect off), and re-pin fsx.pinned if you just replaced "
+                "the file system",
+            )
+        ]
     problems = []
     for field in replaced:
         old, new = getattr(pinned, field), getattr(now, field)
         key = _config_key(cfg, field)
-        problems.append((
-            f"{ROOT}.{key}",
-            f"the file system was created with {field} {old!r} (fsx.pinned) and this config gives {new!r}; "
-            "FSx cannot change that in place, so `pulumi up` would replace the file system and lose /fsx "
-            "(Slurm state, checkpoints, baselines). Revert the edit; or take a backup, set "
-            "fsx.allow_replace: true for one `pulumi up`, then copy the new `fsx_identity` stack output "
-            "into fsx.pinned and remove allow_replace",
-        ))
+        problems.append(
+            (
+                f"{ROOT}.{key}",
+                f"the file system was created with {field} {old!r} (fsx.pinned) and this config gives {new!r}; "
+                "FSx cannot change that in place, so `pulumi up` would replace the file system and lose /fsx "
+                "(Slurm state, checkpoints, baselines). Revert the edit; or take a backup, set "
+                "fsx.allow_replace: true for one `pulumi up`, then copy the new `fsx_identity` stack output "
+                "into fsx.pinned and remove allow_replace",
+            )
+        )
     return problems

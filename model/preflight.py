@@ -14,7 +14,7 @@ not say the block is fine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from model.config import ROOT, UNSUPPORTED_UBUNTU, ClusterConfig
@@ -138,7 +138,7 @@ def quota_for(instance_type: str) -> tuple[str, str] | None:
 def iso(t: datetime | None) -> str:
     if t is None:
         return "?"
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _as_datetime(value: object) -> datetime | None:
@@ -149,7 +149,7 @@ def _as_datetime(value: object) -> datetime | None:
         dt = value
     else:
         dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
@@ -161,38 +161,70 @@ def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
         if f is None:
             continue  # not read: the lookup error says why
         if not f.found:
-            out.append(Finding(rid, f"{b.reservation_id} does not exist in this account in {facts.region}; "
-                                    f"check the id and aws:region, or {find}"))
+            out.append(
+                Finding(
+                    rid,
+                    f"{b.reservation_id} does not exist in this account in {facts.region}; "
+                    f"check the id and aws:region, or {find}",
+                )
+            )
             continue
         if f.reservation_type and f.reservation_type != CAPACITY_BLOCK_TYPE:
-            out.append(Finding(rid, f"{b.reservation_id} is a '{f.reservation_type}' Capacity Reservation, not a "
-                                    f"Capacity Block; the launch template uses market type capacity-block, so "
-                                    f"give the id of a Capacity Block"))
+            out.append(
+                Finding(
+                    rid,
+                    f"{b.reservation_id} is a '{f.reservation_type}' Capacity Reservation, not a "
+                    f"Capacity Block; the launch template uses market type capacity-block, so "
+                    f"give the id of a Capacity Block",
+                )
+            )
         ended = f.end is not None and f.end <= facts.now
         if f.state not in USABLE_STATES:
             when = f" (ended {iso(f.end)})" if f.state == "expired" else ""
-            out.append(Finding(rid, f"block {b.reservation_id} is {f.state}{when}, not scheduled or active; "
-                                    f"no node can launch into it: {find} and replace this entry"))
+            out.append(
+                Finding(
+                    rid,
+                    f"block {b.reservation_id} is {f.state}{when}, not scheduled or active; "
+                    f"no node can launch into it: {find} and replace this entry",
+                )
+            )
         elif ended:
             out.append(Finding(rid, f"block {b.reservation_id} ended at {iso(f.end)}; {find} and replace this entry"))
         if f.instance_type and f.instance_type != cfg.instance_type:
-            out.append(Finding(rid, f"block {b.reservation_id} holds {f.instance_type} but instance_type is "
-                                    f"{cfg.instance_type}; a block launches only its own type: use a "
-                                    f"{cfg.instance_type} block or change instance_type"))
+            out.append(
+                Finding(
+                    rid,
+                    f"block {b.reservation_id} holds {f.instance_type} but instance_type is "
+                    f"{cfg.instance_type}; a block launches only its own type: use a "
+                    f"{cfg.instance_type} block or change instance_type",
+                )
+            )
         if f.availability_zone and f.availability_zone != b.availability_zone:
-            out.append(Finding(path("capacity", "capacity_blocks", i, "availability_zone"),
-                               f"block {b.reservation_id} is in {f.availability_zone}, not {b.availability_zone}; "
-                               f"set it to {f.availability_zone} (and network.availability_zone with a subnet there)"))
+            out.append(
+                Finding(
+                    path("capacity", "capacity_blocks", i, "availability_zone"),
+                    f"block {b.reservation_id} is in {f.availability_zone}, not {b.availability_zone}; "
+                    f"set it to {f.availability_zone} (and network.availability_zone with a subnet there)",
+                )
+            )
         if f.total_instance_count and f.total_instance_count != b.instance_count:
-            out.append(Finding(path("capacity", "capacity_blocks", i, "instance_count"),
-                               f"block {b.reservation_id} holds {f.total_instance_count} instances, not "
-                               f"{b.instance_count}; set instance_count: {f.total_instance_count}"))
+            out.append(
+                Finding(
+                    path("capacity", "capacity_blocks", i, "instance_count"),
+                    f"block {b.reservation_id} holds {f.total_instance_count} instances, not "
+                    f"{b.instance_count}; set instance_count: {f.total_instance_count}",
+                )
+            )
         for key, actual in (("start", f.start), ("end", f.end)):
             declared = _as_datetime(getattr(b, key, None))
             if declared is not None and actual is not None and declared != actual:
-                out.append(Finding(path("capacity", "capacity_blocks", i, key),
-                                   f"block {b.reservation_id} {key}s at {iso(actual)}, not {iso(declared)}; "
-                                   f"set {key}: '{iso(actual)}'"))
+                out.append(
+                    Finding(
+                        path("capacity", "capacity_blocks", i, key),
+                        f"block {b.reservation_id} {key}s at {iso(actual)}, not {iso(declared)}; "
+                        f"set {key}: '{iso(actual)}'",
+                    )
+                )
     return out
 
 
@@ -201,32 +233,67 @@ def check_network(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
     az = cfg.network.availability_zone
     if facts.region_zones is not None and az not in facts.region_zones:
         zones = ", ".join(facts.region_zones) or "none"
-        out.append(Finding(path("network", "availability_zone"),
-                           f"{az} is not an available zone of {facts.region} ({zones}); use one of them or fix aws:region"))
+        out.append(
+            Finding(
+                path("network", "availability_zone"),
+                f"{az} is not an available zone of {facts.region} ({zones}); use one of them or fix aws:region",
+            )
+        )
     s = facts.subnet
     if cfg.network.subnet_id is None or s is None:
         return out
     sp = path("network", "subnet_id")
     if not s.found:
-        out.append(Finding(sp, f"{s.subnet_id} does not exist in this account in {facts.region}; "
-                               "check the id, or omit subnet_id to create a VPC"))
+        out.append(
+            Finding(
+                sp,
+                f"{s.subnet_id} does not exist in this account in {facts.region}; "
+                "check the id, or omit subnet_id to create a VPC",
+            )
+        )
         return out
     if s.availability_zone and s.availability_zone != az:
-        out.append(Finding(sp, f"{s.subnet_id} is in {s.availability_zone} but network.availability_zone is {az}; "
-                               f"use a private subnet in {az}"))
+        out.append(
+            Finding(
+                sp,
+                f"{s.subnet_id} is in {s.availability_zone} but network.availability_zone is {az}; "
+                f"use a private subnet in {az}",
+            )
+        )
     target = s.default_route_target
     if target is None:
-        out.append(Finding(sp, f"{s.subnet_id} has no 0.0.0.0/0 route; nodes need egress for SSM, S3 and "
-                               "image pulls: add a route to a NAT gateway"))
+        out.append(
+            Finding(
+                sp,
+                f"{s.subnet_id} has no 0.0.0.0/0 route; nodes need egress for SSM, S3 and "
+                "image pulls: add a route to a NAT gateway",
+            )
+        )
     elif target.startswith("igw-"):
-        out.append(Finding(sp, f"{s.subnet_id} is public (0.0.0.0/0 goes to {target}); nodes have no public IP "
-                               "and must not be reachable: use a private subnet whose 0.0.0.0/0 goes to a NAT gateway"))
+        out.append(
+            Finding(
+                sp,
+                f"{s.subnet_id} is public (0.0.0.0/0 goes to {target}); nodes have no public IP "
+                "and must not be reachable: use a private subnet whose 0.0.0.0/0 goes to a NAT gateway",
+            )
+        )
     elif not target.startswith("nat-"):
-        out.append(Finding(sp, f"0.0.0.0/0 of {s.subnet_id} goes to {target}, not a NAT gateway; make sure it "
-                               "reaches SSM, S3 and the container registry", "warning"))
+        out.append(
+            Finding(
+                sp,
+                f"0.0.0.0/0 of {s.subnet_id} goes to {target}, not a NAT gateway; make sure it "
+                "reaches SSM, S3 and the container registry",
+                "warning",
+            )
+        )
     if s.vpc_dns_support is False:
-        out.append(Finding(sp, f"VPC {s.vpc_id} has DNS support off; the FSx and SSM endpoint names do not "
-                               f"resolve: aws ec2 modify-vpc-attribute --vpc-id {s.vpc_id} --enable-dns-support"))
+        out.append(
+            Finding(
+                sp,
+                f"VPC {s.vpc_id} has DNS support off; the FSx and SSM endpoint names do not "
+                f"resolve: aws ec2 modify-vpc-attribute --vpc-id {s.vpc_id} --enable-dns-support",
+            )
+        )
     return out
 
 
@@ -236,8 +303,13 @@ def check_names(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
         if not n.exists or n.cluster_tag == cfg.name:
             continue  # free, or ours from an earlier `pulumi up` of this cluster
         owner = f"tagged {CLUSTER_TAG}={n.cluster_tag}" if n.cluster_tag else f"without a {CLUSTER_TAG} tag"
-        out.append(Finding(path("name"), f"{n.kind} {n.name} already exists in {facts.region} ({owner}); "
-                                         "choose another cluster name, or delete it if nothing uses it"))
+        out.append(
+            Finding(
+                path("name"),
+                f"{n.kind} {n.name} already exists in {facts.region} ({owner}); "
+                "choose another cluster name, or delete it if nothing uses it",
+            )
+        )
     return out
 
 
@@ -248,12 +320,20 @@ def check_quota(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
     need = cfg.capacity.nodes * cfg.spec.vcpus
     np = path("capacity", "nodes")
     if q.value is None:
-        return [Finding(np, f"could not read the {q.quota_name} quota ({q.quota_code}): {q.reason}; check by hand "
-                            f"that it allows {need} vCPUs ({cfg.capacity.nodes} x {cfg.spec.vcpus})", "warning")]
+        return [
+            Finding(
+                np,
+                f"could not read the {q.quota_name} quota ({q.quota_code}): {q.reason}; check by hand "
+                f"that it allows {need} vCPUs ({cfg.capacity.nodes} x {cfg.spec.vcpus})",
+                "warning",
+            )
+        ]
     if q.value >= need:
         return []
-    message = (f"{cfg.capacity.nodes} x {cfg.instance_type} need {need} vCPUs but the {q.quota_name} quota "
-               f"({q.quota_code}) in {facts.region} is {q.value:g}; request an increase in Service Quotas")
+    message = (
+        f"{cfg.capacity.nodes} x {cfg.instance_type} need {need} vCPUs but the {q.quota_name} quota "
+        f"({q.quota_code}) in {facts.region} is {q.value:g}; request an increase in Service Quotas"
+    )
     # Whether instances in a Capacity Block count against the On-Demand quota is not
     # clearly documented; refuse only on-demand clusters, warn for blocks.
     return [Finding(np, message, "warning" if cfg.uses_capacity_blocks else "error")]
@@ -279,9 +359,13 @@ def image_refusal(ami_id: str, name: str, description: str = "", architecture: s
     """Why a pinned AMI cannot boot a node, or None. One rule for the program's preflight
     (provider lookup) and `ops pin`/`ops preflight` (DescribeImages)."""
     if UNSUPPORTED_UBUNTU.search(name) or UNSUPPORTED_UBUNTU.search(description):
-        return (f"{ami_id} is '{name}', an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes "
-                "(slurmd -Z came in 22.05); pin an Ubuntu 24.04 DLAMI")
+        return (
+            f"{ami_id} is '{name}', an Ubuntu 22.04 image: its Slurm 21.08 has no dynamic nodes "
+            "(slurmd -Z came in 22.05); pin an Ubuntu 24.04 DLAMI"
+        )
     if architecture and architecture != IMAGE_ARCHITECTURE:
-        return (f"{ami_id} is '{name}', an {architecture} image; the GPU instance types are "
-                f"{IMAGE_ARCHITECTURE}: pin an {IMAGE_ARCHITECTURE} DLAMI")
+        return (
+            f"{ami_id} is '{name}', an {architecture} image; the GPU instance types are "
+            f"{IMAGE_ARCHITECTURE}: pin an {IMAGE_ARCHITECTURE} DLAMI"
+        )
     return None

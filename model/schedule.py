@@ -60,19 +60,31 @@ def schedule_problems(cfg: ClusterConfig, now: datetime) -> list[tuple[str, str]
     margin = cfg.capacity.block_end_margin_minutes
     for i, b in enumerate(cfg.capacity.capacity_blocks):
         base = f"{ROOT}.capacity.capacity_blocks[{i}]"
-        lookup = (f"`aws ec2 describe-capacity-reservations --capacity-reservation-ids {b.reservation_id} "
-                  "--query 'CapacityReservations[0].[StartDate,EndDate]'`")
+        lookup = (
+            f"`aws ec2 describe-capacity-reservations --capacity-reservation-ids {b.reservation_id} "
+            "--query 'CapacityReservations[0].[StartDate,EndDate]'`"
+        )
         for key in ("start", "end"):
             if getattr(b, key) is None:
-                problems.append((f"{base}.{key}", f"required to deploy: the block's group scales out at its start "
-                                                  f"and to zero before its end; copy the block's {key.title()}Date "
-                                                  f"from {lookup} as '2026-12-08T11:30:00Z'"))
+                problems.append(
+                    (
+                        f"{base}.{key}",
+                        f"required to deploy: the block's group scales out at its start "
+                        f"and to zero before its end; copy the block's {key.title()}Date "
+                        f"from {lookup} as '2026-12-08T11:30:00Z'",
+                    )
+                )
         if b.end is None:
             continue
         stop = b.end - timedelta(minutes=margin)
         if stop <= now + SCHEDULE_LEAD:
-            problems.append((f"{base}.end", f"block {b.reservation_id} ends at {iso_utc(b.end)} and its nodes stop "
-                                            f"at {iso_utc(stop)} (capacity.block_end_margin_minutes {margin}), "
-                                            f"which is past at {iso_utc(now)}; move to the next block: replace "
-                                            "this entry with the new block (README, moving to the next block)"))
+            problems.append(
+                (
+                    f"{base}.end",
+                    f"block {b.reservation_id} ends at {iso_utc(b.end)} and its nodes stop "
+                    f"at {iso_utc(stop)} (capacity.block_end_margin_minutes {margin}), "
+                    f"which is past at {iso_utc(now)}; move to the next block: replace "
+                    "this entry with the new block (README, moving to the next block)",
+                )
+            )
     return problems

@@ -25,8 +25,7 @@ ROLES = ("controller", "worker")
 NODE_IDENTITY = (CLUSTER, ROLE, NODES, BLOCK)
 
 
-def identity_tags(cluster: str, role: str, nodes: int, block: str,
-                  block_end: str | None = None) -> dict[str, str]:
+def identity_tags(cluster: str, role: str, nodes: int, block: str, block_end: str | None = None) -> dict[str, str]:
     """The identity tags of one instance (values are strings, as EC2 stores them).
 
     `block_end` (ISO-8601 UTC) only for Capacity Block nodes: on-demand nodes get no

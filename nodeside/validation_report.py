@@ -10,7 +10,9 @@ gate.sh stays thin and calls, per run directory <fsx_root>/validation/<run-id>/:
   build [--drain]                   report.json + summary.txt, baseline, drains
   status                            overall verdict of the latest run (controller)
 """
+
 import argparse
+import itertools
 import json
 import os
 import re
@@ -89,13 +91,20 @@ def check_step(config, baseline_figures, step, text):
         hosts = sorted(set(re.findall(r"^container-ok (\S+)$", text, re.M)))
         want = int(re.search(r"^# nodes=(\d+)", text, re.M).group(1)) if re.search(r"^# nodes=", text, re.M) else 1
         ok = len(hosts) >= want
-        return {"tool": "srun --container-image", "verdict": "GO" if ok else "NO-GO",
-                "reasons": [] if ok else [f"the container ran on {len(hosts)} of {want} node(s)"], "notes": hosts}
+        return {
+            "tool": "srun --container-image",
+            "verdict": "GO" if ok else "NO-GO",
+            "reasons": [] if ok else [f"the container ran on {len(hosts)} of {want} node(s)"],
+            "notes": hosts,
+        }
     if step == "pmix":
         ok = re.search(r"\bpmix", text) is not None
-        return {"tool": "srun --mpi=list", "verdict": "GO" if ok else "NO-GO",
-                "reasons": [] if ok else ["pmix not listed by srun --mpi=list: Slurm built "
-                                          "without PMIx (--with-pmix)"], "notes": []}
+        return {
+            "tool": "srun --mpi=list",
+            "verdict": "GO" if ok else "NO-GO",
+            "reasons": [] if ok else ["pmix not listed by srun --mpi=list: Slurm built without PMIx (--with-pmix)"],
+            "notes": [],
+        }
     th = config["thresholds"]
     limit, source = limit_for(step, config, baseline_figures)
     figure, _, kind = FIGURES[step]
@@ -117,7 +126,7 @@ def pairs(nodes, features):
     blocks = {}
     for n in nodes:
         feats = features.get(n, [])
-        b = next((f[len("block-"):] for f in feats if f.startswith("block-")), "default")
+        b = next((f[len("block-") :] for f in feats if f.startswith("block-")), "default")
         blocks.setdefault(b, []).append(n)
     out = []
     for b in sorted(blocks):
@@ -125,10 +134,9 @@ def pairs(nodes, features):
         if len(members) == 2:
             out.append((members[0], members[1], f"within:{b}"))
         elif len(members) > 2:
-            out.extend((members[i], members[(i + 1) % len(members)], f"within:{b}")
-                       for i in range(len(members)))
+            out.extend((members[i], members[(i + 1) % len(members)], f"within:{b}") for i in range(len(members)))
     names = sorted(blocks)
-    for a, b in zip(names, names[1:]):
+    for a, b in itertools.pairwise(names):
         out.append((blocks[a][0], blocks[b][0], f"across:{a}/{b}"))
     return out
 
@@ -178,8 +186,12 @@ def drain(nodes_reasons, runner=subprocess.run):
     done = {}
     for node, why in sorted(nodes_reasons.items()):
         reason = (REASON_PREFIX + why)[:200]
-        res = runner(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
-                     capture_output=True, text=True, check=False)
+        res = runner(
+            ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         done[node] = {"reason": reason, "rc": res.returncode, "stderr": (res.stderr or "").strip()}
     return done
 
@@ -224,29 +236,47 @@ def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None
     bad = blame(records)
     report = {
         "run_id": meta.get("run_id", os.path.basename(run_dir.rstrip("/"))),
-        "job_id": meta.get("job_id"), "cluster": config["cluster_name"],
-        "instance_type": config["instance_type"], "nodes": meta.get("nodes", []),
-        "started": meta.get("started"), "finished": now or _now(),
-        "thresholds": config["thresholds"], "baseline_margin": config.get("baseline_margin"),
-        "steps": records, "blamed_nodes": bad, "pair_groups": groups(records),
-        "skipped": [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records
-                    if r["verdict"] == "SKIPPED"],
+        "job_id": meta.get("job_id"),
+        "cluster": config["cluster_name"],
+        "instance_type": config["instance_type"],
+        "nodes": meta.get("nodes", []),
+        "started": meta.get("started"),
+        "finished": now or _now(),
+        "thresholds": config["thresholds"],
+        "baseline_margin": config.get("baseline_margin"),
+        "steps": records,
+        "blamed_nodes": bad,
+        "pair_groups": groups(records),
+        "skipped": [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r["verdict"] == "SKIPPED"],
         "verdict": "NO-GO" if nogo or not records or never_ran else "GO",
     }
     if not records:
         report["reasons"] = ["no step recorded: the job died before its first step"]
     elif never_ran and not nogo:
-        report["reasons"] = [f"{step} never ran (every attempt was skipped, see above): a {config['instance_type']} "
-                             "cluster is not validated until it does" for step in never_ran]
+        report["reasons"] = [
+            f"{step} never ran (every attempt was skipped, see above): a {config['instance_type']} "
+            "cluster is not validated until it does"
+            for step in never_ran
+        ]
     base_path = os.path.join(root, "baseline.json")
     baseline = load_json(base_path)
-    report["baseline"] = {"path": base_path, "run_id": (baseline or {}).get("run_id"),
-                          "applied": bool(usable_baseline(config, baseline))}
+    report["baseline"] = {
+        "path": base_path,
+        "run_id": (baseline or {}).get("run_id"),
+        "applied": bool(usable_baseline(config, baseline)),
+    }
     figs = figures_of(records)
     if report["verdict"] == "GO" and figs and baseline is None:
-        write_json(base_path, {"run_id": report["run_id"], "instance_type": config["instance_type"],
-                               "cluster": config["cluster_name"], "created": report["finished"],
-                               "figures": figs})
+        write_json(
+            base_path,
+            {
+                "run_id": report["run_id"],
+                "instance_type": config["instance_type"],
+                "cluster": config["cluster_name"],
+                "created": report["finished"],
+                "figures": figs,
+            },
+        )
         report["baseline"].update(run_id=report["run_id"], recorded=True)
     report["drained"] = drain(bad, runner) if do_drain and bad else {}
     write_json(os.path.join(run_dir, "report.json"), report)
@@ -269,9 +299,11 @@ def _fmt(r):
 
 
 def summary(report):
-    out = [f"gpu-cluster validation {report['run_id']}: {report['verdict']}",
-           f"cluster {report['cluster']}, {report['instance_type']}, {len(report['nodes'])} node(s): "
-           f"{','.join(report['nodes'])}"]
+    out = [
+        f"gpu-cluster validation {report['run_id']}: {report['verdict']}",
+        f"cluster {report['cluster']}, {report['instance_type']}, {len(report['nodes'])} node(s): "
+        f"{','.join(report['nodes'])}",
+    ]
     for r in report["steps"]:
         line = f"  {r['verdict']:7} {r['step']:17} {'+'.join(r['nodes']):28} {r.get('kind') or '':16} {_fmt(r)}"
         out.append(line.rstrip())
@@ -281,8 +313,12 @@ def summary(report):
     for why in report.get("reasons", []):
         out.append(f"  NO-GO: {why}")
     for kind, steps in sorted(report.get("pair_groups", {}).items()):
-        out.append(f"  pairs {kind}: " + ", ".join(
-            f"{step} median {g['median']} ({g['GO']} GO, {g['NO-GO']} NO-GO)" for step, g in sorted(steps.items())))
+        out.append(
+            f"  pairs {kind}: "
+            + ", ".join(
+                f"{step} median {g['median']} ({g['GO']} GO, {g['NO-GO']} NO-GO)" for step, g in sorted(steps.items())
+            )
+        )
     for node, why in sorted(report["blamed_nodes"].items()):
         d = report["drained"].get(node)
         state = "" if d is None else (" -> drained" if d["rc"] == 0 else f" -> drain FAILED: {d['stderr']}")
@@ -291,8 +327,9 @@ def summary(report):
     if b.get("recorded"):
         out.append(f"  baseline recorded from this run: {b['path']}")
     elif b.get("run_id"):
-        out.append(f"  compared with baseline {b['run_id']}" + ("" if b["applied"] else
-                                                                 " (other instance type: not applied)"))
+        out.append(
+            f"  compared with baseline {b['run_id']}" + ("" if b["applied"] else " (other instance type: not applied)")
+        )
     return "\n".join(out) + "\n"
 
 
@@ -334,16 +371,20 @@ def main(argv=None):
     nodes = [n for n in getattr(a, "nodes", "").split(",") if n]
     if a.cmd == "start":
         os.makedirs(a.run, exist_ok=True)
-        write_json(os.path.join(a.run, "run.json"), {"run_id": os.path.basename(a.run.rstrip("/")),
-                                                     "job_id": a.job_id, "nodes": nodes, "started": _now()})
+        write_json(
+            os.path.join(a.run, "run.json"),
+            {"run_id": os.path.basename(a.run.rstrip("/")), "job_id": a.job_id, "nodes": nodes, "started": _now()},
+        )
     elif a.cmd == "plan":
         with open(a.features, encoding="utf-8") as f:
             feats = parse_features(f.read())
         for x, y, kind in pairs(nodes, feats):
             print(x, y, kind)
     elif a.cmd == "skip":
-        _append(a.run, {"step": a.step, "nodes": nodes, "kind": a.kind, "verdict": "SKIPPED",
-                        "reasons": [a.reason], "notes": []})
+        _append(
+            a.run,
+            {"step": a.step, "nodes": nodes, "kind": a.kind, "verdict": "SKIPPED", "reasons": [a.reason], "notes": []},
+        )
         print(f"SKIPPED {a.step} {'+'.join(nodes)}: {a.reason}")
     elif a.cmd == "check":
         try:

@@ -10,6 +10,7 @@ prints one JSON object per log.  Exit status 0 only if every log is GO.
 Ships to the nodes as /opt/gpu-cluster/lib/verdict.py: one file, no project
 imports, because it travels inside EC2 user data (16 KB gzipped for everything).
 """
+
 import argparse
 import json
 import math
@@ -71,8 +72,10 @@ def busbw_factor(op, nranks):
 
 # srun --label "0: ", mpirun --tag-output "[1,0]<stdout>:", plus indentation
 PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))?\s*")
-HEADER = re.compile(r"nThread\s+\d+\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
-                    r"\s+step:\s+(\d+)\((factor|bytes)\)")
+HEADER = re.compile(
+    r"nThread\s+\d+\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
+    r"\s+step:\s+(\d+)\((factor|bytes)\)"
+)
 VALIDATION = re.compile(r"validation:\s*(\d+)")
 ROW = re.compile(r"^(\d+)\s+(\d+)\s+([a-z][a-z0-9_]*)\s+(.*)$")
 NUM = re.compile(r"^\d+(?:\.\d+)?$")
@@ -87,15 +90,21 @@ NCCLHOST = re.compile(r"(?:^|\s)(\w[\w.-]*):\d+:\d+ \[\d+\] NCCL")
 RANKHOST = re.compile(r"#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device")
 COLL = r"\b(alltoall|all_reduce|all_gather|reduce_scatter|broadcast|sendrecv|hypercube|gather|scatter|reduce)"
 NCCLWARN = re.compile(r"NCCL WARN (.*)")
-FAILURE = re.compile(r"(Test (?:NCCL |CUDA )?failure.*|slurmstepd: error.*|srun: error.*|MPI_ABORT.*"
-                     r"|opal_shmem_base_select failed.*|Segmentation fault.*|CANCELLED.*"
-                     r"|timeout: sending signal.*|Traceback \(most recent call last\).*"
-                     r"|gate: command exit status.*)")
-TORCH = re.compile(r"^(all_reduce|all_to_all)\s+(\d+) B\s+time\s+([\d.]+) ms\s+algbw\s+([\d.]+) GB/s"
-                   r"\s+busbw\s+([\d.]+) GB/s")
+FAILURE = re.compile(
+    r"(Test (?:NCCL |CUDA )?failure.*|slurmstepd: error.*|srun: error.*|MPI_ABORT.*"
+    r"|opal_shmem_base_select failed.*|Segmentation fault.*|CANCELLED.*"
+    r"|timeout: sending signal.*|Traceback \(most recent call last\).*"
+    r"|gate: command exit status.*)"
+)
+TORCH = re.compile(
+    r"^(all_reduce|all_to_all)\s+(\d+) B\s+time\s+([\d.]+) ms\s+algbw\s+([\d.]+) GB/s"
+    r"\s+busbw\s+([\d.]+) GB/s"
+)
 TORCH_HEAD = re.compile(r"# torch_comm_bench op=(\w+) world=(\d+) nodes=(\d+) max_bytes=(\d+)")
-PP_ROW = re.compile(r"^(\d+(?:\.\d+)?[kmg]?)\s+(\d+[kmg]?)\s+(?:=?\d+[kmg]?\s+)?(\S+)\s+([\d.]+)s\s+"
-                    r"([\d.]+)\s+([\d.]+)\s+([\d.]+)$")
+PP_ROW = re.compile(
+    r"^(\d+(?:\.\d+)?[kmg]?)\s+(\d+[kmg]?)\s+(?:=?\d+[kmg]?\s+)?(\S+)\s+([\d.]+)s\s+"
+    r"([\d.]+)\s+([\d.]+)\s+([\d.]+)$"
+)
 PP_CMD = re.compile(r"fi_pingpong\b.*?-p\s+(\w+)")
 PP_ERR = re.compile(r"((?:fi_\w+|ft_\w+)\(\).*(?:ret=|error).*|.*[Nn]o such (?:file|device).*)")
 
@@ -165,16 +174,19 @@ def _nccl_rows(lines, alltoall):
         if not m:
             continue
         toks = m.group(4).split()
-        if len(toks) < 8 or not all(NUM.match(t) for t in (toks[-8], toks[-7], toks[-6], toks[-4],
-                                                            toks[-3], toks[-2])):
+        if len(toks) < 8 or not all(NUM.match(t) for t in (toks[-8], toks[-7], toks[-6], toks[-4], toks[-3], toks[-2])):
             continue  # cut-off row or unrelated numeric line
         if not (WRONG.match(toks[-5]) and WRONG.match(toks[-1])):
             continue
-        rows.append({
-            "size": int(m.group(1)), "algbw": float(toks[-7]), "busbw": float(toks[-6]),
-            # in-place all-to-all is not verified (newer versions print N/A, old ones 1e+00)
-            "wrong": [_wrong(toks[-5], False), _wrong(toks[-1], alltoall)],
-        })
+        rows.append(
+            {
+                "size": int(m.group(1)),
+                "algbw": float(toks[-7]),
+                "busbw": float(toks[-6]),
+                # in-place all-to-all is not verified (newer versions print N/A, old ones 1e+00)
+                "wrong": [_wrong(toks[-5], False), _wrong(toks[-1], alltoall)],
+            }
+        )
     return rows
 
 
@@ -188,8 +200,11 @@ def _expected_last(minb, maxb, step, mode):
 
 def parse_nccl_tests(text, lines):
     r = _new("nccl-tests")
-    m = (re.search(r"Collective test starting: (\w+)", text) or re.search(COLL + r"_perf\b", text)
-         or re.search(r"\b(alltoall)\b", text))
+    m = (
+        re.search(r"Collective test starting: (\w+)", text)
+        or re.search(COLL + r"_perf\b", text)
+        or re.search(r"\b(alltoall)\b", text)
+    )
     coll = m.group(1).replace("_perf", "") if m else None
     r["collective"] = coll
     hosts = {m.group(1) for ln in lines for rx in (RANKHOST, NCCLHOST) for m in [rx.search(ln)] if m}
@@ -252,8 +267,7 @@ def parse_torch(lines):
         r["reasons"].append("no result rows: the measurement never produced a figure")
     else:
         last = max(rows, key=lambda x: int(x.group(2)))
-        r.update(max_size_bytes=int(last.group(2)), algbw=float(last.group(4)),
-                 busbw=float(last.group(5)))
+        r.update(max_size_bytes=int(last.group(2)), algbw=float(last.group(4)), busbw=float(last.group(5)))
         if head and int(last.group(2)) < int(head.group(4)):
             _stopped_short(r, last.group(2), head.group(4))
     if not any(ln.startswith("# torch_comm_bench done") for ln in lines):
@@ -284,21 +298,31 @@ def parse_pingpong(lines):
 
 
 def _new(tool):
-    return {"file": None, "tool": tool, "verdict": None, "transport": None, "nics": None,
-            "max_size_bytes": None, "busbw": None, "algbw": None, "wrong": 0,
-            "reasons": [], "notes": []}
+    return {
+        "file": None,
+        "tool": tool,
+        "verdict": None,
+        "transport": None,
+        "nics": None,
+        "max_size_bytes": None,
+        "busbw": None,
+        "algbw": None,
+        "wrong": 0,
+        "reasons": [],
+        "notes": [],
+    }
 
 
-def evaluate(text, expect_transport="any", expect_nics=None, min_busbw=None, min_algbw=None,
-             max_latency_us=None, name=None):
+def evaluate(
+    text, expect_transport="any", expect_nics=None, min_busbw=None, min_algbw=None, max_latency_us=None, name=None
+):
     """Verdict dict for one log's text."""
     lines = _lines(text)
     if any("usec/xfer" in ln for ln in lines) or "fi_pingpong" in text:
         r = parse_pingpong(lines)
         lat = r.get("latency_us")
         if max_latency_us is not None and lat is not None and lat > max_latency_us:
-            r["reasons"].append(f"latency {lat} us at {r['latency_size_bytes']} B above "
-                                f"{max_latency_us} us")
+            r["reasons"].append(f"latency {lat} us at {r['latency_size_bytes']} B above {max_latency_us} us")
         if expect_transport != "any" and r["transport"] and r["transport"] != expect_transport:
             r["reasons"].append(f"provider {r['transport']}, expected {expect_transport}")
     else:
@@ -333,8 +357,7 @@ def main(argv=None):
             text, err = "", str(e)
         else:
             err = None
-        r = evaluate(text, a.expect_transport, a.expect_nics, a.min_busbw, a.min_algbw,
-                     a.max_latency_us, name=path)
+        r = evaluate(text, a.expect_transport, a.expect_nics, a.min_busbw, a.min_algbw, a.max_latency_us, name=path)
         if err:
             r["verdict"], r["reasons"] = "NO-GO", [f"cannot read log: {err}"]
         ok = ok and r["verdict"] == "GO"

@@ -8,7 +8,8 @@ backoff with jitter on Throttling/RequestLimitExceeded and 5xx), not by our code
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import boto3
 from botocore.config import Config

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from model.preflight import iso
@@ -18,8 +18,10 @@ from ops.aws import OpsError, call
 from ops.context import Context
 
 PLATFORM = "Linux/UNIX"  # the DLAMI's platform; a block launches only its own [CB-LAUNCH]
-NO_REFUND = ("A Capacity Block purchase cannot be cancelled or refunded: you pay the whole "
-             "upfront fee even if you never launch an instance.")
+NO_REFUND = (
+    "A Capacity Block purchase cannot be cancelled or refunded: you pay the whole "
+    "upfront fee even if you never launch an instance."
+)
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,18 @@ class Offering:
     currency: str
 
     @classmethod
-    def from_api(cls, o: dict[str, Any]) -> "Offering":
-        return cls(o["CapacityBlockOfferingId"], o["InstanceType"], o["InstanceCount"], o["AvailabilityZone"],
-                   iso(o["StartDate"]), iso(o["EndDate"]), o.get("CapacityBlockDurationHours", 0),
-                   o.get("UpfrontFee", "?"), o.get("CurrencyCode", ""))
+    def from_api(cls, o: dict[str, Any]) -> Offering:
+        return cls(
+            o["CapacityBlockOfferingId"],
+            o["InstanceType"],
+            o["InstanceCount"],
+            o["AvailabilityZone"],
+            iso(o["StartDate"]),
+            iso(o["EndDate"]),
+            o.get("CapacityBlockDurationHours", 0),
+            o.get("UpfrontFee", "?"),
+            o.get("CurrencyCode", ""),
+        )
 
 
 def parse_day(text: str) -> datetime:
@@ -47,18 +57,18 @@ def parse_day(text: str) -> datetime:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise OpsError(f"--earliest/--latest {text!r}: use a date like 2026-12-08 or 2026-12-08T11:30:00Z") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
-def search(ctx: Context, instance_type: str, count: int, days: int, earliest: datetime | None,
-           latest: datetime | None) -> list[Offering]:
+def search(
+    ctx: Context, instance_type: str, count: int, days: int, earliest: datetime | None, latest: datetime | None
+) -> list[Offering]:
     if days < 1:
         raise OpsError("--days must be at least 1")
     # 1-day steps up to 14 days, then 7-day steps up to 182 days [CB-USE].
     if days > 182 or (days > 14 and days % 7):
         raise OpsError(f"--days {days}: blocks last 1-14 days, or a multiple of 7 days up to 182")
-    params: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": count,
-                              "CapacityDurationHours": days * 24}
+    params: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": count, "CapacityDurationHours": days * 24}
     if earliest:
         params["StartDateRange"] = earliest
     if latest:
@@ -66,8 +76,13 @@ def search(ctx: Context, instance_type: str, count: int, days: int, earliest: da
     ec2 = ctx.session.client("ec2")
     offerings, token = [], None
     while True:
-        page = call(ec2, "describe_capacity_block_offerings", "searching Capacity Block offerings",
-                    **params, **({"NextToken": token} if token else {}))
+        page = call(
+            ec2,
+            "describe_capacity_block_offerings",
+            "searching Capacity Block offerings",
+            **params,
+            **({"NextToken": token} if token else {}),
+        )
         offerings += [Offering.from_api(o) for o in page.get("CapacityBlockOfferings", [])]
         token = page.get("NextToken")
         if not token:
@@ -90,21 +105,34 @@ def snippet(block_name: str, count: int, az: str, start: str, end: str, reservat
 
 def table(offerings: list[Offering]) -> str:
     rows = [("OFFERING", "START (UTC)", "END (UTC)", "AZ", "COUNT", "UPFRONT FEE")]
-    rows += [(o.offering_id, o.start, o.end, o.availability_zone, str(o.instance_count),
-              f"{o.upfront_fee} {o.currency}".strip()) for o in offerings]
+    rows += [
+        (
+            o.offering_id,
+            o.start,
+            o.end,
+            o.availability_zone,
+            str(o.instance_count),
+            f"{o.upfront_fee} {o.currency}".strip(),
+        )
+        for o in offerings
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows) + "\n"
 
 
 def _confirm(ctx: Context, o: Offering, yes: bool) -> None:
-    ctx.progress(f"About to buy {o.offering_id}: {o.instance_count} x {o.instance_type} in {o.availability_zone}, "
-                 f"{o.start} to {o.end}, upfront fee {o.upfront_fee} {o.currency}.")
+    ctx.progress(
+        f"About to buy {o.offering_id}: {o.instance_count} x {o.instance_type} in {o.availability_zone}, "
+        f"{o.start} to {o.end}, upfront fee {o.upfront_fee} {o.currency}."
+    )
     ctx.progress(NO_REFUND)
     if yes:
         return
     if not ctx.interactive:
-        raise OpsError("refusing to buy without confirmation: run in a terminal and type the offering id, "
-                       "or pass --yes-i-understand-no-refund")
+        raise OpsError(
+            "refusing to buy without confirmation: run in a terminal and type the offering id, "
+            "or pass --yes-i-understand-no-refund"
+        )
     answer = ctx.prompt(f"Type the offering id ({o.offering_id}) to buy it, anything else to stop: ").strip()
     if answer != o.offering_id:
         raise OpsError("not confirmed; nothing was bought")
@@ -115,8 +143,9 @@ def purchase(ctx: Context, o: Offering, cluster_tag: dict[str, str]) -> dict[str
     params: dict[str, Any] = {"CapacityBlockOfferingId": o.offering_id, "InstancePlatform": PLATFORM}
     if tags:
         params["TagSpecifications"] = [{"ResourceType": "capacity-reservation", "Tags": tags}]
-    return call(ctx.session.client("ec2"), "purchase_capacity_block", f"buying {o.offering_id}",
-                **params)["CapacityReservation"]
+    return call(ctx.session.client("ec2"), "purchase_capacity_block", f"buying {o.offering_id}", **params)[
+        "CapacityReservation"
+    ]
 
 
 def run(ctx: Context, args: Any) -> int:
@@ -127,37 +156,54 @@ def run(ctx: Context, args: Any) -> int:
     offerings = search(ctx, args.instance_type, args.count, args.days, earliest, latest)
     wanted = args.purchase or args.show
     if wanted and wanted not in {o.offering_id for o in offerings}:
-        raise OpsError(f"offering {wanted} is not among the current offerings for these parameters "
-                       "(offerings change often); search again and pick one from the list")
+        raise OpsError(
+            f"offering {wanted} is not among the current offerings for these parameters "
+            "(offerings change often); search again and pick one from the list"
+        )
     chosen = next((o for o in offerings if o.offering_id == wanted), offerings[0] if offerings else None)
     result: dict[str, Any] = {"offerings": [asdict(o) for o in offerings], "chosen": asdict(chosen) if chosen else None}
     reservation = None
     if args.purchase and chosen:
         _confirm(ctx, chosen, args.yes_i_understand_no_refund)
         reservation = purchase(ctx, chosen, {})
-        result["purchased"] = {"reservation_id": reservation["CapacityReservationId"],
-                               "state": reservation.get("State", ""), "start": iso(reservation.get("StartDate")),
-                               "end": iso(reservation.get("EndDate"))}
+        result["purchased"] = {
+            "reservation_id": reservation["CapacityReservationId"],
+            "state": reservation.get("State", ""),
+            "start": iso(reservation.get("StartDate")),
+            "end": iso(reservation.get("EndDate")),
+        }
     if chosen:
         start = iso(reservation["StartDate"]) if reservation and reservation.get("StartDate") else chosen.start
         end = iso(reservation["EndDate"]) if reservation and reservation.get("EndDate") else chosen.end
-        result["snippet"] = snippet(args.name, chosen.instance_count, chosen.availability_zone, start, end,
-                                    reservation["CapacityReservationId"] if reservation else None)
+        result["snippet"] = snippet(
+            args.name,
+            chosen.instance_count,
+            chosen.availability_zone,
+            start,
+            end,
+            reservation["CapacityReservationId"] if reservation else None,
+        )
     if args.json:
         ctx.print(json.dumps(result, indent=2, sort_keys=True))
         return 0 if offerings else 3
     if not offerings:
-        ctx.print(f"no Capacity Block offering for {args.count} x {args.instance_type} for {args.days} days "
-                  "in this range; try other dates, fewer instances or a shorter duration")
+        ctx.print(
+            f"no Capacity Block offering for {args.count} x {args.instance_type} for {args.days} days "
+            "in this range; try other dates, fewer instances or a shorter duration"
+        )
         return 3
     ctx.print(table(offerings).rstrip("\n"))
     ctx.print()
     if reservation:
-        ctx.print(f"Bought {chosen.offering_id}: reservation {reservation['CapacityReservationId']} "
-                  f"({reservation.get('State', '?')}). Under gpu-cluster:cluster.capacity in Pulumi.<stack>.yaml:")
+        ctx.print(
+            f"Bought {chosen.offering_id}: reservation {reservation['CapacityReservationId']} "
+            f"({reservation.get('State', '?')}). Under gpu-cluster:cluster.capacity in Pulumi.<stack>.yaml:"
+        )
     else:
-        ctx.print(f"Stack-file snippet for {chosen.offering_id} (under gpu-cluster:cluster.capacity; "
-                  f"network.availability_zone must be {chosen.availability_zone}):")
+        ctx.print(
+            f"Stack-file snippet for {chosen.offering_id} (under gpu-cluster:cluster.capacity; "
+            f"network.availability_zone must be {chosen.availability_zone}):"
+        )
     ctx.print(result["snippet"].rstrip("\n"))
     if not reservation:
         ctx.print()

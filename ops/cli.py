@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from botocore.exceptions import BotoCoreError
 
@@ -44,8 +44,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--name", default="a", help="block name in the snippet (default: a)")
     sp.add_argument("--show", metavar="ID", help="offering to print the snippet for (default: the first)")
     sp.add_argument("--purchase", metavar="ID", help="buy this offering (asks for confirmation; no refund)")
-    sp.add_argument("--yes-i-understand-no-refund", action="store_true",
-                    help="buy without the interactive confirmation (scripts)")
+    sp.add_argument(
+        "--yes-i-understand-no-refund", action="store_true", help="buy without the interactive confirmation (scripts)"
+    )
     sp.add_argument("--json", action="store_true")
 
     sp = sub.add_parser("status", help="groups, blocks, instances and the first-boot gate")
@@ -57,8 +58,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--image", action="store_true", help="resolve image.ssm_parameter to the AMI id to pin")
     sp.add_argument("--fsx", action="store_true", help="read the live file system's fsx.pinned values")
     sp.add_argument("--file-system-id", help="the cluster's file system when several carry its tags")
-    sp.add_argument("--write", action="store_true",
-                    help="set the key(s) in the stack file (text edit, comments kept; review with git diff)")
+    sp.add_argument(
+        "--write",
+        action="store_true",
+        help="set the key(s) in the stack file (text edit, comments kept; review with git diff)",
+    )
 
     sp = sub.add_parser("replace", help="drain a node, terminate it through its group, wait for the new one")
     sp.add_argument("node", help="Slurm node name (ip-10-0-1-5) or instance id (i-...)")
@@ -70,8 +74,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None, ctx: Context | None = None,
-         session_for: Callable[[str | None], Session] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    ctx: Context | None = None,
+    session_for: Callable[[str | None], Session] | None = None,
+) -> int:
     args = parser().parse_args(argv)
     session_for = session_for or (lambda region: Session(region))
     ctx = ctx or Context(session=None)  # type: ignore[arg-type]

@@ -45,8 +45,11 @@ def group_short_name(cluster: str, asg: str) -> str:
 
 
 def group_block_id(group: dict[str, Any]) -> str | None:
-    ids = (group.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
-           .get("CapacityReservationIds", []))
+    ids = (
+        group.get("CapacityReservationSpecification", {})
+        .get("CapacityReservationTarget", {})
+        .get("CapacityReservationIds", [])
+    )
     return ids[0] if ids else None
 
 
@@ -71,11 +74,17 @@ def describe_instances(ctx: Context, ids: list[str]) -> dict[str, dict[str, Any]
 def controller_instance(ctx: Context, cluster: str) -> str:
     """Instance id of the InService controller (its group's name is fixed)."""
     name = asg_name(cluster, CONTROLLER_GROUP)
-    page = call(ctx.session.client("autoscaling"), "describe_auto_scaling_groups", "finding the controller",
-                AutoScalingGroupNames=[name])
+    page = call(
+        ctx.session.client("autoscaling"),
+        "describe_auto_scaling_groups",
+        "finding the controller",
+        AutoScalingGroupNames=[name],
+    )
     for g in page["AutoScalingGroups"]:
         for i in g.get("Instances", []):
             if i["LifecycleState"] == "InService":
                 return i["InstanceId"]
-    raise OpsError(f"no InService controller in Auto Scaling group {name}; is the cluster up "
-                   "(`status`), and has its block started?")
+    raise OpsError(
+        f"no InService controller in Auto Scaling group {name}; is the cluster up "
+        "(`status`), and has its block started?"
+    )

@@ -7,14 +7,24 @@ hide the other checks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from model.config import ClusterConfig
-from model.preflight import (CLUSTER_TAG, BlockFacts, NameFacts, PreflightFacts, QuotaFacts, SubnetFacts,
-                             fixed_names, path, quota_for)
+from model.preflight import (
+    CLUSTER_TAG,
+    BlockFacts,
+    NameFacts,
+    PreflightFacts,
+    QuotaFacts,
+    SubnetFacts,
+    fixed_names,
+    path,
+    quota_for,
+)
 from ops.aws import ACCESS_DENIED, OpsError, Session, describe_error, error_code
 
 
@@ -39,11 +49,16 @@ def _tags(items: list[dict[str, Any]] | None) -> dict[str, str]:
 
 def block_facts(record: dict[str, Any]) -> BlockFacts:
     return BlockFacts(
-        reservation_id=record["CapacityReservationId"], found=True, state=record.get("State", ""),
-        reservation_type=record.get("ReservationType", ""), instance_type=record.get("InstanceType", ""),
+        reservation_id=record["CapacityReservationId"],
+        found=True,
+        state=record.get("State", ""),
+        reservation_type=record.get("ReservationType", ""),
+        instance_type=record.get("InstanceType", ""),
         availability_zone=record.get("AvailabilityZone", ""),
         total_instance_count=record.get("TotalInstanceCount", 0),
-        start=record.get("StartDate"), end=record.get("EndDate"))
+        start=record.get("StartDate"),
+        end=record.get("EndDate"),
+    )
 
 
 def describe_blocks(ec2: Any, ids: list[str]) -> dict[str, BlockFacts]:
@@ -71,8 +86,16 @@ def default_route_target(route_table: dict[str, Any] | None) -> str | None:
     for r in (route_table or {}).get("Routes", []):
         if r.get("DestinationCidrBlock") != "0.0.0.0/0" or r.get("State") == "blackhole":
             continue
-        for key in ("NatGatewayId", "GatewayId", "TransitGatewayId", "NetworkInterfaceId", "InstanceId",
-                    "VpcPeeringConnectionId", "CarrierGatewayId", "LocalGatewayId"):
+        for key in (
+            "NatGatewayId",
+            "GatewayId",
+            "TransitGatewayId",
+            "NetworkInterfaceId",
+            "InstanceId",
+            "VpcPeeringConnectionId",
+            "CarrierGatewayId",
+            "LocalGatewayId",
+        ):
             if r.get(key):
                 return r[key]
     return None
@@ -90,14 +113,22 @@ def subnet_facts(ec2: Any, subnet_id: str) -> SubnetFacts:
     s = subnets[0]
     vpc = s["VpcId"]
     # A subnet without its own association uses the VPC's main route table.
-    tables = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet_id]}])["RouteTables"]
+    tables = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet_id]}])[
+        "RouteTables"
+    ]
     if not tables:
-        tables = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]},
-                                                    {"Name": "association.main", "Values": ["true"]}])["RouteTables"]
+        tables = ec2.describe_route_tables(
+            Filters=[{"Name": "vpc-id", "Values": [vpc]}, {"Name": "association.main", "Values": ["true"]}]
+        )["RouteTables"]
     dns = ec2.describe_vpc_attribute(VpcId=vpc, Attribute="enableDnsSupport")["EnableDnsSupport"]["Value"]
-    return SubnetFacts(subnet_id, True, availability_zone=s["AvailabilityZone"], vpc_id=vpc,
-                       default_route_target=default_route_target(tables[0] if tables else None),
-                       vpc_dns_support=dns)
+    return SubnetFacts(
+        subnet_id,
+        True,
+        availability_zone=s["AvailabilityZone"],
+        vpc_id=vpc,
+        default_route_target=default_route_target(tables[0] if tables else None),
+        vpc_dns_support=dns,
+    )
 
 
 def name_facts(ec2: Any, autoscaling: Any, cfg: ClusterConfig) -> tuple[NameFacts, ...]:
@@ -141,17 +172,45 @@ def gather(session: Session, cfg: ClusterConfig, now: datetime) -> PreflightFact
     lookup = _Lookup()
     blocks = cfg.capacity.capacity_blocks
     ids = [b.reservation_id for b in blocks]
-    block_map = lookup.run(path("capacity", "capacity_blocks", 0, "reservation_id") if ids else path("capacity"),
-                           "reading the Capacity Blocks", lambda: describe_blocks(ec2, ids)) or {}
-    zones = lookup.run(path("network", "availability_zone"), "reading the availability zones",
-                       lambda: tuple(z["ZoneName"] for z in ec2.describe_availability_zones(
-                           Filters=[{"Name": "state", "Values": ["available"]}])["AvailabilityZones"]))
+    block_map = (
+        lookup.run(
+            path("capacity", "capacity_blocks", 0, "reservation_id") if ids else path("capacity"),
+            "reading the Capacity Blocks",
+            lambda: describe_blocks(ec2, ids),
+        )
+        or {}
+    )
+    zones = lookup.run(
+        path("network", "availability_zone"),
+        "reading the availability zones",
+        lambda: tuple(
+            z["ZoneName"]
+            for z in ec2.describe_availability_zones(Filters=[{"Name": "state", "Values": ["available"]}])[
+                "AvailabilityZones"
+            ]
+        ),
+    )
     subnet = None
     if cfg.network.subnet_id:
-        subnet = lookup.run(path("network", "subnet_id"), "reading the subnet",
-                            lambda: subnet_facts(ec2, cfg.network.subnet_id))
-    names = lookup.run(path("name"), "looking for existing launch template and Auto Scaling groups",
-                       lambda: name_facts(ec2, autoscaling, cfg)) or ()
+        subnet = lookup.run(
+            path("network", "subnet_id"), "reading the subnet", lambda: subnet_facts(ec2, cfg.network.subnet_id)
+        )
+    names = (
+        lookup.run(
+            path("name"),
+            "looking for existing launch template and Auto Scaling groups",
+            lambda: name_facts(ec2, autoscaling, cfg),
+        )
+        or ()
+    )
     quota = quota_facts(session.client("service-quotas"), cfg.instance_type)
-    return PreflightFacts(region=session.region, now=now, region_zones=zones, blocks=block_map, subnet=subnet,
-                          names=names, quota=quota, lookup_errors=tuple(lookup.errors))
+    return PreflightFacts(
+        region=session.region,
+        now=now,
+        region_zones=zones,
+        blocks=block_map,
+        subnet=subnet,
+        names=names,
+        quota=quota,
+        lookup_errors=tuple(lookup.errors),
+    )

@@ -28,9 +28,16 @@ def run(ctx: Context, args: Any, session_for) -> int:
     except ConfigError as err:
         lines = [f"{p}: {m}" for p, m in err.problems]
         if args.json:
-            ctx.print(json.dumps({"stack": args.stack, "ok": False,
-                                  "problems": [{"path": p, "message": m, "severity": "error"} for p, m in err.problems]},
-                                 indent=2))
+            ctx.print(
+                json.dumps(
+                    {
+                        "stack": args.stack,
+                        "ok": False,
+                        "problems": [{"path": p, "message": m, "severity": "error"} for p, m in err.problems],
+                    },
+                    indent=2,
+                )
+            )
         else:
             ctx.print("\n".join(lines))
             ctx.print(f"preflight {args.stack}: {len(lines)} config problem(s); fix the stack file first")
@@ -45,9 +52,17 @@ def run(ctx: Context, args: Any, session_for) -> int:
     bad = errors(findings)
     warnings = len(findings) - len(bad)
     if args.json:
-        ctx.print(json.dumps({"stack": stack.name, "region": stack.region, "ok": not bad,
-                              "problems": [{"path": f.path, "message": f.message, "severity": f.severity}
-                                           for f in findings]}, indent=2))
+        ctx.print(
+            json.dumps(
+                {
+                    "stack": stack.name,
+                    "region": stack.region,
+                    "ok": not bad,
+                    "problems": [{"path": f.path, "message": f.message, "severity": f.severity} for f in findings],
+                },
+                indent=2,
+            )
+        )
     else:
         for f in findings:
             ctx.print(f.line())
@@ -66,7 +81,12 @@ def image_findings(session, ami_id: str | None, region: str) -> list[Finding]:
     except OpsError as err:
         return [Finding(where, f"could not check: {err}")]
     if img is None:
-        return [Finding(where, f"{ami_id} does not exist in {region}; AMI ids are per region: pin the id the DLAMI "
-                               f"parameter gives here (`python3 -m ops pin --image --stack <stack>`)")]
+        return [
+            Finding(
+                where,
+                f"{ami_id} does not exist in {region}; AMI ids are per region: pin the id the DLAMI "
+                f"parameter gives here (`python3 -m ops pin --image --stack <stack>`)",
+            )
+        ]
     refusal = image_refusal(img)
     return [Finding(where, refusal)] if refusal else []

@@ -44,16 +44,22 @@ class Replacement:
 def resolve(ctx: Context, cluster: str, node: str) -> tuple[str, str, str]:
     """(instance id, Slurm node name, Auto Scaling group) of `node` (name or instance id)."""
     ec2 = ctx.session.client("ec2")
-    filters = [{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
-               {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    filters = [
+        {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]},
+    ]
     if node.startswith("i-"):
         page = call(ec2, "describe_instances", f"looking up {node}", InstanceIds=[node])
     else:
         ip = node_ipv4(node)
         if ip is None:
             raise OpsError(f"{node!r} is neither a Slurm node name (ip-10-0-1-5) nor an instance id (i-...)")
-        page = call(ec2, "describe_instances", f"looking up {node}",
-                    Filters=[*filters, {"Name": "private-ip-address", "Values": [ip]}])
+        page = call(
+            ec2,
+            "describe_instances",
+            f"looking up {node}",
+            Filters=[*filters, {"Name": "private-ip-address", "Values": [ip]}],
+        )
     found = [i for r in page["Reservations"] for i in r["Instances"]]
     if not found:
         raise OpsError(f"no running instance of cluster {cluster} is {node}")
@@ -62,12 +68,18 @@ def resolve(ctx: Context, cluster: str, node: str) -> tuple[str, str, str]:
         raise OpsError(f"{inst['InstanceId']} is {inst.get('State', {}).get('Name')}, not running; nothing to replace")
     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
     if tags.get(CLUSTER_TAG) != cluster:
-        raise OpsError(f"{inst['InstanceId']} is not a node of cluster {cluster} (tag {CLUSTER_TAG}="
-                       f"{tags.get(CLUSTER_TAG, 'missing')})")
+        raise OpsError(
+            f"{inst['InstanceId']} is not a node of cluster {cluster} (tag {CLUSTER_TAG}="
+            f"{tags.get(CLUSTER_TAG, 'missing')})"
+        )
     asg = tags.get("aws:autoscaling:groupName")
     if not asg:
-        page = call(ctx.session.client("autoscaling"), "describe_auto_scaling_instances",
-                    f"finding the group of {inst['InstanceId']}", InstanceIds=[inst["InstanceId"]])
+        page = call(
+            ctx.session.client("autoscaling"),
+            "describe_auto_scaling_instances",
+            f"finding the group of {inst['InstanceId']}",
+            InstanceIds=[inst["InstanceId"]],
+        )
         asg = next((i["AutoScalingGroupName"] for i in page["AutoScalingInstances"]), None)
     if not asg:
         raise OpsError(f"{inst['InstanceId']} is in no Auto Scaling group; it cannot be replaced through one")
@@ -78,8 +90,12 @@ def resolve(ctx: Context, cluster: str, node: str) -> tuple[str, str, str]:
 
 
 def _in_service(ctx: Context, asg: str) -> tuple[list[str], int]:
-    page = call(ctx.session.client("autoscaling"), "describe_auto_scaling_groups", f"reading group {asg}",
-                AutoScalingGroupNames=[asg])
+    page = call(
+        ctx.session.client("autoscaling"),
+        "describe_auto_scaling_groups",
+        f"reading group {asg}",
+        AutoScalingGroupNames=[asg],
+    )
     if not page["AutoScalingGroups"]:
         raise OpsError(f"Auto Scaling group {asg} disappeared")
     g = page["AutoScalingGroups"][0]
@@ -95,10 +111,13 @@ def _wait_new_instance(ctx: Context, asg: str, old: set[str], timeout: float, po
             return new[0]
         elapsed = ctx.clock.monotonic() - start
         if elapsed >= timeout:
-            raise OpsError(f"no new InService instance in {asg} after {elapsed / 60:.0f} min; check the group's "
-                           f"activities (aws autoscaling describe-scaling-activities --auto-scaling-group-name {asg})")
-        ctx.progress(f"  ... waiting for a new instance in {asg}: {len(ids)}/{desired} InService "
-                     f"({elapsed / 60:.1f} min)")
+            raise OpsError(
+                f"no new InService instance in {asg} after {elapsed / 60:.0f} min; check the group's "
+                f"activities (aws autoscaling describe-scaling-activities --auto-scaling-group-name {asg})"
+            )
+        ctx.progress(
+            f"  ... waiting for a new instance in {asg}: {len(ids)}/{desired} InService ({elapsed / 60:.1f} min)"
+        )
         ctx.clock.sleep(poll)
 
 
@@ -117,16 +136,26 @@ def _wait_idle(ctx: Context, cluster: str, node: str, timeout: float, poll: floa
             return state
         elapsed = ctx.clock.monotonic() - start
         if elapsed >= timeout:
-            raise OpsError(f"{node} is '{state or 'not registered'}' in Slurm after {elapsed / 60:.0f} min, not idle; "
-                           f"read /var/log/gpu-cluster/boot.log on it and its marker under "
-                           f"/fsx/.gpu-cluster/{cluster}/status/")
-        ctx.progress(f"  ... waiting for {node} to be idle in Slurm: {state or 'not registered yet'} "
-                     f"({elapsed / 60:.1f} min)")
+            raise OpsError(
+                f"{node} is '{state or 'not registered'}' in Slurm after {elapsed / 60:.0f} min, not idle; "
+                f"read /var/log/gpu-cluster/boot.log on it and its marker under "
+                f"/fsx/.gpu-cluster/{cluster}/status/"
+            )
+        ctx.progress(
+            f"  ... waiting for {node} to be idle in Slurm: {state or 'not registered yet'} ({elapsed / 60:.1f} min)"
+        )
         ctx.clock.sleep(poll)
 
 
-def replace(ctx: Context, cluster: str, node: str, drain: bool = True, instance_timeout: float = 1800,
-            idle_timeout: float = 2700, poll: float = 30) -> Replacement:
+def replace(
+    ctx: Context,
+    cluster: str,
+    node: str,
+    drain: bool = True,
+    instance_timeout: float = 1800,
+    idle_timeout: float = 2700,
+    poll: float = 30,
+) -> Replacement:
     rep = Replacement(node)
     try:
         instance_id, slurm_node, asg = resolve(ctx, cluster, node)
@@ -135,14 +164,21 @@ def replace(ctx: Context, cluster: str, node: str, drain: bool = True, instance_
             controller = controller_instance(ctx, cluster)
             res = run_shell(ctx, controller, drain_script(slurm_node, DRAIN_REASON), f"drain {slurm_node}")
             if res.status != "Success":
-                raise OpsError(f"draining {slurm_node} on {controller}: {res.status} (exit {res.exit_code}): "
-                               f"{(res.stderr or res.stdout).strip()[-300:]}; pass --no-drain to replace it anyway")
-            rep.add(ctx, "drain", "ok", f"{slurm_node} drained (reason \"{DRAIN_REASON}\") via {controller}")
+                raise OpsError(
+                    f"draining {slurm_node} on {controller}: {res.status} (exit {res.exit_code}): "
+                    f"{(res.stderr or res.stdout).strip()[-300:]}; pass --no-drain to replace it anyway"
+                )
+            rep.add(ctx, "drain", "ok", f'{slurm_node} drained (reason "{DRAIN_REASON}") via {controller}')
         else:
             rep.add(ctx, "drain", "skipped", "--no-drain")
         before, _ = _in_service(ctx, asg)
-        act = call(ctx.session.client("autoscaling"), "terminate_instance_in_auto_scaling_group",
-                   f"terminating {instance_id}", InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)
+        act = call(
+            ctx.session.client("autoscaling"),
+            "terminate_instance_in_auto_scaling_group",
+            f"terminating {instance_id}",
+            InstanceId=instance_id,
+            ShouldDecrementDesiredCapacity=False,
+        )
         desc = act["Activity"].get("Description")
         rep.add(ctx, "terminate", "ok", f"{instance_id} terminating" + (f"; {desc}" if desc else ""))
         new_id = _wait_new_instance(ctx, asg, set(before) | {instance_id}, instance_timeout, poll)
@@ -161,8 +197,15 @@ def replace(ctx: Context, cluster: str, node: str, drain: bool = True, instance_
 
 
 def run(ctx: Context, args: Any, cluster: str) -> int:
-    rep = replace(ctx, cluster, args.node, drain=not args.no_drain, instance_timeout=args.instance_timeout * 60,
-                  idle_timeout=args.idle_timeout * 60, poll=args.poll)
+    rep = replace(
+        ctx,
+        cluster,
+        args.node,
+        drain=not args.no_drain,
+        instance_timeout=args.instance_timeout * 60,
+        idle_timeout=args.idle_timeout * 60,
+        poll=args.poll,
+    )
     ok = all(s.status != "failed" for s in rep.stages)
     if args.json:
         ctx.print(json.dumps({"node": rep.node, "ok": ok, "stages": [asdict(s) for s in rep.stages]}, indent=2))

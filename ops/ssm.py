@@ -26,13 +26,21 @@ class CommandResult:
     stderr: str
 
 
-def run_shell(ctx: Context, instance_id: str, script: list[str], comment: str,
-              timeout: float = 120.0, poll: float = 2.0) -> CommandResult:
+def run_shell(
+    ctx: Context, instance_id: str, script: list[str], comment: str, timeout: float = 120.0, poll: float = 2.0
+) -> CommandResult:
     """Run `script` (lines) as root on `instance_id`; bounded wait, progress on stderr."""
     ssm = ctx.session.client("ssm")
-    sent = call(ssm, "send_command", f"running '{comment}' on {instance_id} through SSM",
-                InstanceIds=[instance_id], DocumentName=DOCUMENT, Comment=comment[:100],
-                TimeoutSeconds=max(30, int(timeout)), Parameters={"commands": script})
+    sent = call(
+        ssm,
+        "send_command",
+        f"running '{comment}' on {instance_id} through SSM",
+        InstanceIds=[instance_id],
+        DocumentName=DOCUMENT,
+        Comment=comment[:100],
+        TimeoutSeconds=max(30, int(timeout)),
+        Parameters={"commands": script},
+    )
     command_id = sent["Command"]["CommandId"]
     start = ctx.clock.monotonic()
     while True:
@@ -44,11 +52,17 @@ def run_shell(ctx: Context, instance_id: str, script: list[str], comment: str,
             inv = {"Status": "Pending"}
         status = inv["Status"]
         if status in TERMINAL:
-            return CommandResult(status, int(inv.get("ResponseCode", -1)),
-                                 inv.get("StandardOutputContent", ""), inv.get("StandardErrorContent", ""))
+            return CommandResult(
+                status,
+                int(inv.get("ResponseCode", -1)),
+                inv.get("StandardOutputContent", ""),
+                inv.get("StandardErrorContent", ""),
+            )
         elapsed = ctx.clock.monotonic() - start
         if elapsed >= timeout:
-            raise OpsError(f"SSM command {command_id} ('{comment}') on {instance_id} still {status} after "
-                           f"{timeout:.0f}s; is the SSM agent online? (aws ssm describe-instance-information)")
+            raise OpsError(
+                f"SSM command {command_id} ('{comment}') on {instance_id} still {status} after "
+                f"{timeout:.0f}s; is the SSM agent online? (aws ssm describe-instance-information)"
+            )
         ctx.progress(f"  ... '{comment}' on {instance_id}: {status} ({elapsed:.0f}s)")
         ctx.clock.sleep(poll)

@@ -29,7 +29,7 @@ def load_raw(stack: str, root: Path = REPO) -> tuple[Any, str | None]:
     """(raw `gpu-cluster:cluster` object, `aws:region`) of a stack file."""
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        stacks = ", ".join(sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml")))
+        stacks = ", ".join(sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml")))
         raise OpsError(f"no stack file {path.name} in {root}; stacks: {stacks or 'none'}")
     doc = yaml.safe_load(path.read_text()) or {}
     config = doc.get("config") or {}

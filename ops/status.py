@@ -9,8 +9,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from model.preflight import iso
 from ops.aws import OpsError, describe_error
-from ops.cluster import (cluster_groups, controller_instance, describe_instances, group_block_id,
-                         group_short_name, node_name)
+from ops.cluster import (
+    cluster_groups,
+    controller_instance,
+    describe_instances,
+    group_block_id,
+    group_short_name,
+    node_name,
+)
 from ops.context import Context
 from ops.facts import describe_blocks
 from ops.remote import STATUS_BEGIN, status_script
@@ -22,8 +28,10 @@ def _blocks(ctx: Context, ids: list[str]) -> dict[str, dict[str, Any]]:
         found = describe_blocks(ctx.session.client("ec2"), ids)
     except (ClientError, BotoCoreError) as err:
         raise OpsError(describe_error(err, "reading the cluster's Capacity Blocks")) from err
-    return {rid: {"id": rid, "state": f.state if f.found else "not found", "start": iso(f.start), "end": iso(f.end)}
-            for rid, f in found.items()}
+    return {
+        rid: {"id": rid, "state": f.state if f.found else "not found", "start": iso(f.start), "end": iso(f.end)}
+        for rid, f in found.items()
+    }
 
 
 def _remote(ctx: Context, cluster: str) -> dict[str, Any]:
@@ -35,8 +43,10 @@ def _remote(ctx: Context, cluster: str) -> dict[str, Any]:
     except OpsError as err:
         return {"error": str(err)}
     if res.status != "Success" or STATUS_BEGIN not in res.stdout:
-        return {"error": f"status script on the controller: {res.status} (exit {res.exit_code}): "
-                         f"{(res.stderr or res.stdout).strip()[-300:]}"}
+        return {
+            "error": f"status script on the controller: {res.status} (exit {res.exit_code}): "
+            f"{(res.stderr or res.stdout).strip()[-300:]}"
+        }
     try:
         return json.loads(res.stdout.split(STATUS_BEGIN, 1)[1])
     except ValueError as err:
@@ -46,8 +56,10 @@ def _remote(ctx: Context, cluster: str) -> dict[str, Any]:
 def collect(ctx: Context, cluster: str, region: str, ssm: bool = True) -> dict[str, Any]:
     groups = cluster_groups(ctx, cluster)
     if not groups:
-        raise OpsError(f"no Auto Scaling group tagged GpuClusterName={cluster} in {region}; "
-                       "is the stack deployed (pulumi up) in this region?")
+        raise OpsError(
+            f"no Auto Scaling group tagged GpuClusterName={cluster} in {region}; "
+            "is the stack deployed (pulumi up) in this region?"
+        )
     blocks = _blocks(ctx, sorted({b for g in groups if (b := group_block_id(g))}))
     ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
     instances = describe_instances(ctx, ids)
@@ -61,42 +73,68 @@ def collect(ctx: Context, cluster: str, region: str, ssm: bool = True) -> dict[s
             ip = ec2.get("PrivateIpAddress")
             node = node_name(ip) if ip else None
             marker = markers.get(node, {}) if node else {}
-            rows.append({"instance_id": i["InstanceId"], "private_ip": ip, "node": node,
-                         "lifecycle": i.get("LifecycleState"), "health": i.get("HealthStatus"),
-                         "ec2_state": ec2.get("State", {}).get("Name"),
-                         "launch_template_version": i.get("LaunchTemplate", {}).get("Version"),
-                         "boot": marker.get("state"), "boot_step": marker.get("step"),
-                         "slurm": slurm.get(node) if node else None})
+            rows.append(
+                {
+                    "instance_id": i["InstanceId"],
+                    "private_ip": ip,
+                    "node": node,
+                    "lifecycle": i.get("LifecycleState"),
+                    "health": i.get("HealthStatus"),
+                    "ec2_state": ec2.get("State", {}).get("Name"),
+                    "launch_template_version": i.get("LaunchTemplate", {}).get("Version"),
+                    "boot": marker.get("state"),
+                    "boot_step": marker.get("step"),
+                    "slurm": slurm.get(node) if node else None,
+                }
+            )
         bid = group_block_id(g)
-        out_groups.append({"group": group_short_name(cluster, g["AutoScalingGroupName"]),
-                           "asg": g["AutoScalingGroupName"], "desired": g.get("DesiredCapacity"),
-                           "launch_template_version": g.get("LaunchTemplate", {}).get("Version"),
-                           "block": blocks.get(bid, {"id": bid, "state": "unknown"}) if bid else None,
-                           "instances": rows})
+        out_groups.append(
+            {
+                "group": group_short_name(cluster, g["AutoScalingGroupName"]),
+                "asg": g["AutoScalingGroupName"],
+                "desired": g.get("DesiredCapacity"),
+                "launch_template_version": g.get("LaunchTemplate", {}).get("Version"),
+                "block": blocks.get(bid, {"id": bid, "state": "unknown"}) if bid else None,
+                "instances": rows,
+            }
+        )
     v = remote.get("validation")
     gate = None
     if v is not None:
-        gate = {"verdict": v.get("verdict"), "run_id": v.get("run_id"), "blamed_nodes": v.get("blamed_nodes", []),
-                "reasons": v.get("reasons", [])}
-    return {"cluster": cluster, "region": region, "groups": out_groups, "validation": gate,
-            **({"ssm_error": remote["error"]} if "error" in remote else {})}
+        gate = {
+            "verdict": v.get("verdict"),
+            "run_id": v.get("run_id"),
+            "blamed_nodes": v.get("blamed_nodes", []),
+            "reasons": v.get("reasons", []),
+        }
+    return {
+        "cluster": cluster,
+        "region": region,
+        "groups": out_groups,
+        "validation": gate,
+        **({"ssm_error": remote["error"]} if "error" in remote else {}),
+    }
 
 
 def render(report: dict[str, Any]) -> str:
     lines = [f"cluster {report['cluster']} ({report['region']})"]
     for g in report["groups"]:
         b = g["block"]
-        where = (f"block {b['id']} {b['state']} {b.get('start', '?')} .. {b.get('end', '?')}" if b else "on-demand")
-        lines.append(f"group {g['group']} ({g['asg']}): desired {g['desired']}, template v{g['launch_template_version']}, {where}")
+        where = f"block {b['id']} {b['state']} {b.get('start', '?')} .. {b.get('end', '?')}" if b else "on-demand"
+        lines.append(
+            f"group {g['group']} ({g['asg']}): desired {g['desired']}, template v{g['launch_template_version']}, {where}"
+        )
         if not g["instances"]:
             lines.append("  (no instances)")
         for i in g["instances"]:
             boot = i["boot"] or "?"
             if i["boot_step"] and boot != "ok":
                 boot += f" at {i['boot_step']}"
-            lines.append(f"  {i['instance_id']}  {i['private_ip'] or '-'}  {i['node'] or '-'}  "
-                         f"{i['lifecycle']}/{i['health']}  v{i['launch_template_version']}  "
-                         f"boot {boot}  slurm {i['slurm'] or '?'}")
+            lines.append(
+                f"  {i['instance_id']}  {i['private_ip'] or '-'}  {i['node'] or '-'}  "
+                f"{i['lifecycle']}/{i['health']}  v{i['launch_template_version']}  "
+                f"boot {boot}  slurm {i['slurm'] or '?'}"
+            )
     gate = report["validation"]
     if gate:
         line = f"validation gate: {gate['verdict']}"

@@ -51,8 +51,13 @@ def run_component(factory: Callable[[], Any], region: str = REGION, subnet_az: s
     return Run(mocks.resources, urns, value, calls=mocks.calls)
 
 
-def run_program(raw: dict[str, Any], region: str = REGION, subnet_az: str | None = None,
-                mocks: PlanMocks | None = None, now: datetime = PLAN_NOW) -> Run:
+def run_program(
+    raw: dict[str, Any],
+    region: str = REGION,
+    subnet_az: str | None = None,
+    mocks: PlanMocks | None = None,
+    now: datetime = PLAN_NOW,
+) -> Run:
     mocks, urns, outputs, node_files = run_under_mocks(raw, region, subnet_az=subnet_az, mocks=mocks, now=now)
     return Run(mocks.resources, urns, outputs, node_files, calls=mocks.calls)
 
@@ -69,9 +74,19 @@ def valid_raw() -> dict[str, Any]:
         "name": "t1",
         "instance_type": "p5.48xlarge",
         "network": {"availability_zone": "us-east-2b", "subnet_id": "subnet-0a1b2c3d4e5f60718"},
-        "capacity": {"nodes": 2, "capacity_blocks": [
-            {"name": "a", "reservation_id": "cr-0123456789abcdef0", "instance_count": 2,
-             "availability_zone": "us-east-2b", "start": "2026-12-01T11:30:00Z", "end": "2026-12-08T11:30:00Z"}]},
+        "capacity": {
+            "nodes": 2,
+            "capacity_blocks": [
+                {
+                    "name": "a",
+                    "reservation_id": "cr-0123456789abcdef0",
+                    "instance_count": 2,
+                    "availability_zone": "us-east-2b",
+                    "start": "2026-12-01T11:30:00Z",
+                    "end": "2026-12-08T11:30:00Z",
+                }
+            ],
+        },
         "image": {"ami_id": "ami-0a1b2c3d4e5f60718"},
         "tags": {"team": "ml"},
     }

@@ -27,8 +27,9 @@ def run_common(snippet: str, env: dict[str, str] | None = None) -> str:
         path = Path(tmp) / "common.sh"
         path.write_text(common)
         run_env = {**os.environ, "GPU_CLUSTER_STATE": tmp, "GPU_CLUSTER_RUN": tmp, **(env or {})}
-        out = subprocess.run(["bash", "-c", f'. "{path}"; {snippet}'], capture_output=True, text=True,
-                             check=True, env=run_env)
+        out = subprocess.run(
+            ["bash", "-c", f'. "{path}"; {snippet}'], capture_output=True, text=True, check=True, env=run_env
+        )
     return out.stdout
 
 

@@ -8,7 +8,7 @@ misspelt parameter or an invented reply field fails the test.
 from __future__ import annotations
 
 import io
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -18,12 +18,13 @@ from ops.aws import RETRY_CONFIG, Session
 from ops.context import Context
 
 REGION = "us-east-2"
-NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def fake_client(service: str, region: str) -> Any:
-    return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                                 region_name=region).client(service, config=RETRY_CONFIG)
+    return boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
+    ).client(service, config=RETRY_CONFIG)
 
 
 class FakeClock:
@@ -74,8 +75,9 @@ class Aws:
             s.assert_no_pending_responses()
 
 
-def context(aws: Aws, clock: FakeClock | None = None, answers: list[str] | None = None,
-            interactive: bool = False) -> Context:
+def context(
+    aws: Aws, clock: FakeClock | None = None, answers: list[str] | None = None, interactive: bool = False
+) -> Context:
     answers = list(answers or [])
     prompts: list[str] = []
 
@@ -83,19 +85,40 @@ def context(aws: Aws, clock: FakeClock | None = None, answers: list[str] | None 
         prompts.append(text)
         return answers.pop(0)
 
-    ctx = Context(session=aws.session(), out=io.StringIO(), err=io.StringIO(), clock=clock or FakeClock(),
-                  prompt=prompt, interactive=interactive)
+    ctx = Context(
+        session=aws.session(),
+        out=io.StringIO(),
+        err=io.StringIO(),
+        clock=clock or FakeClock(),
+        prompt=prompt,
+        interactive=interactive,
+    )
     ctx.prompts = prompts  # type: ignore[attr-defined]
     return ctx
 
 
-def reservation(rid: str = "cr-0123456789abcdef0", state: str = "active", instance_type: str = "p5.48xlarge",
-                az: str = "us-east-2b", count: int = 2, rtype: str = "capacity-block",
-                start: datetime = NOW - timedelta(days=1), end: datetime = NOW + timedelta(days=6)) -> dict[str, Any]:
-    return {"CapacityReservationId": rid, "InstanceType": instance_type, "InstancePlatform": "Linux/UNIX",
-            "AvailabilityZone": az, "TotalInstanceCount": count, "AvailableInstanceCount": count,
-            "State": state, "StartDate": start, "EndDate": end, "ReservationType": rtype}
-
+def reservation(
+    rid: str = "cr-0123456789abcdef0",
+    state: str = "active",
+    instance_type: str = "p5.48xlarge",
+    az: str = "us-east-2b",
+    count: int = 2,
+    rtype: str = "capacity-block",
+    start: datetime = NOW - timedelta(days=1),
+    end: datetime = NOW + timedelta(days=6),
+) -> dict[str, Any]:
+    return {
+        "CapacityReservationId": rid,
+        "InstanceType": instance_type,
+        "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": az,
+        "TotalInstanceCount": count,
+        "AvailableInstanceCount": count,
+        "State": state,
+        "StartDate": start,
+        "EndDate": end,
+        "ReservationType": rtype,
+    }
 
 
 # --- a deployed dev cluster: two groups in one block --------------------------------
@@ -104,51 +127,105 @@ CR = "cr-0123456789abcdef0"
 
 
 def asg_instance(iid: str, state: str = "InService", health: str = "Healthy", version: str = "3") -> dict[str, Any]:
-    return {"InstanceId": iid, "AvailabilityZone": "us-east-2b", "LifecycleState": state, "HealthStatus": health,
-            "ProtectedFromScaleIn": False, "InstanceType": "p5.48xlarge",
-            "LaunchTemplate": {"LaunchTemplateId": "lt-0123456789abcdef0", "LaunchTemplateName": "gpu-cluster-dev",
-                               "Version": version}}
+    return {
+        "InstanceId": iid,
+        "AvailabilityZone": "us-east-2b",
+        "LifecycleState": state,
+        "HealthStatus": health,
+        "ProtectedFromScaleIn": False,
+        "InstanceType": "p5.48xlarge",
+        "LaunchTemplate": {
+            "LaunchTemplateId": "lt-0123456789abcdef0",
+            "LaunchTemplateName": "gpu-cluster-dev",
+            "Version": version,
+        },
+    }
 
 
 def asg(group: str, instances: list[dict[str, Any]], desired: int = 1, block: str | None = CR) -> dict[str, Any]:
     name = f"gpu-cluster-dev-{group}"
     g: dict[str, Any] = {
-        "AutoScalingGroupName": name, "MinSize": desired, "MaxSize": desired, "DesiredCapacity": desired,
-        "DefaultCooldown": 300, "AvailabilityZones": ["us-east-2b"], "HealthCheckType": "EC2", "CreatedTime": NOW,
+        "AutoScalingGroupName": name,
+        "MinSize": desired,
+        "MaxSize": desired,
+        "DesiredCapacity": desired,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["us-east-2b"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": NOW,
         "Instances": instances,
         "LaunchTemplate": {"LaunchTemplateId": "lt-0123456789abcdef0", "Version": "3"},
-        "Tags": [{"Key": "GpuClusterName", "Value": "dev", "ResourceId": name, "ResourceType": "auto-scaling-group",
-                  "PropagateAtLaunch": True}]}
+        "Tags": [
+            {
+                "Key": "GpuClusterName",
+                "Value": "dev",
+                "ResourceId": name,
+                "ResourceType": "auto-scaling-group",
+                "PropagateAtLaunch": True,
+            }
+        ],
+    }
     if block:
-        g["CapacityReservationSpecification"] = {"CapacityReservationPreference": "capacity-reservations-only",
-                                                 "CapacityReservationTarget": {"CapacityReservationIds": [block]}}
+        g["CapacityReservationSpecification"] = {
+            "CapacityReservationPreference": "capacity-reservations-only",
+            "CapacityReservationTarget": {"CapacityReservationIds": [block]},
+        }
     return g
 
 
 def ec2_instance(iid: str, ip: str, group: str, state: str = "running") -> dict[str, Any]:
-    return {"InstanceId": iid, "PrivateIpAddress": ip, "State": {"Code": 16, "Name": state},
-            "Tags": [{"Key": "GpuClusterName", "Value": "dev"},
-                     {"Key": "aws:autoscaling:groupName", "Value": f"gpu-cluster-dev-{group}"}]}
+    return {
+        "InstanceId": iid,
+        "PrivateIpAddress": ip,
+        "State": {"Code": 16, "Name": state},
+        "Tags": [
+            {"Key": "GpuClusterName", "Value": "dev"},
+            {"Key": "aws:autoscaling:groupName", "Value": f"gpu-cluster-dev-{group}"},
+        ],
+    }
 
 
-def stub_ssm(aws: Aws, instance_id: str, commands: list[str], comment: str, timeout: int, stdout: str,
-             status: str = "Success", code: int = 0, pending: int = 0, command_id: str = "11111111-2222-3333-4444-555555555555") -> None:
+def stub_ssm(
+    aws: Aws,
+    instance_id: str,
+    commands: list[str],
+    comment: str,
+    timeout: int,
+    stdout: str,
+    status: str = "Success",
+    code: int = 0,
+    pending: int = 0,
+    command_id: str = "11111111-2222-3333-4444-555555555555",
+) -> None:
     """SendCommand, then `pending` not-yet-visible/in-progress polls, then the result."""
     ssm = aws.stub("ssm")
-    ssm.add_response("send_command", {"Command": {"CommandId": command_id}},
-                     {"InstanceIds": [instance_id], "DocumentName": "AWS-RunShellScript", "Comment": comment,
-                      "TimeoutSeconds": timeout, "Parameters": {"commands": commands}})
+    ssm.add_response(
+        "send_command",
+        {"Command": {"CommandId": command_id}},
+        {
+            "InstanceIds": [instance_id],
+            "DocumentName": "AWS-RunShellScript",
+            "Comment": comment,
+            "TimeoutSeconds": timeout,
+            "Parameters": {"commands": commands},
+        },
+    )
     key = {"CommandId": command_id, "InstanceId": instance_id}
     for n in range(pending):
         if n == 0:
             ssm.add_client_error("get_command_invocation", "InvocationDoesNotExist", "", expected_params=key)
         else:
             ssm.add_response("get_command_invocation", {**key, "Status": "InProgress"}, key)
-    ssm.add_response("get_command_invocation", {**key, "Status": status, "ResponseCode": code,
-                                                "StandardOutputContent": stdout, "StandardErrorContent": ""}, key)
+    ssm.add_response(
+        "get_command_invocation",
+        {**key, "Status": status, "ResponseCode": code, "StandardOutputContent": stdout, "StandardErrorContent": ""},
+        key,
+    )
 
 
 def stub_controller(aws: Aws, instance_id: str = "i-0c000000000000001") -> None:
     aws.stub("autoscaling").add_response(
-        "describe_auto_scaling_groups", {"AutoScalingGroups": [asg("controller", [asg_instance(instance_id)])]},
-        {"AutoScalingGroupNames": ["gpu-cluster-dev-controller"]})
+        "describe_auto_scaling_groups",
+        {"AutoScalingGroups": [asg("controller", [asg_instance(instance_id)])]},
+        {"AutoScalingGroupNames": ["gpu-cluster-dev-controller"]},
+    )

@@ -31,8 +31,7 @@ def missing_prerequisites() -> str | None:
     """Why real Slurm cannot run here, or None when it can."""
     if os.geteuid() != 0:
         return "needs root (slurmd manages cgroups; slurmctld runs as SlurmUser=root)"
-    missing = [name for name in DAEMONS if shutil.which(name) is None
-               and not Path("/usr/sbin", name).exists()]
+    missing = [name for name in DAEMONS if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
     if missing:
         return "missing " + ", ".join(missing) + " (apt-get install slurmctld slurmd slurm-client munge)"
     return None
@@ -86,11 +85,21 @@ def host_profile_spec(name: str = "local-test") -> InstanceSpec:
     """
     hw = slurmd_hardware()
     return InstanceSpec(
-        name=name, gpu_model="none", gpus=0, gpu_memory_mib=0,
-        vcpus=int(hw["CPUs"]), sockets=int(hw["SocketsPerBoard"]) * int(hw.get("Boards", "1")),
-        cores_per_socket=int(hw["CoresPerSocket"]), threads_per_core=int(hw["ThreadsPerCore"]),
-        memory_mib=int(hw["RealMemory"]), network_cards=0, efa_count=0, efa_on_card0=False,
-        local_nvme_gb=0, efa_gbps=0, sources={"all": "slurmd -C"},
+        name=name,
+        gpu_model="none",
+        gpus=0,
+        gpu_memory_mib=0,
+        vcpus=int(hw["CPUs"]),
+        sockets=int(hw["SocketsPerBoard"]) * int(hw.get("Boards", "1")),
+        cores_per_socket=int(hw["CoresPerSocket"]),
+        threads_per_core=int(hw["ThreadsPerCore"]),
+        memory_mib=int(hw["RealMemory"]),
+        network_cards=0,
+        efa_count=0,
+        efa_on_card0=False,
+        local_nvme_gb=0,
+        efa_gbps=0,
+        sources={"all": "slurmd -C"},
     )
 
 
@@ -116,23 +125,40 @@ class SlurmLayout:
     root: Path
 
     @property
-    def etc(self) -> Path: return self.root / "etc"  # noqa: E704
+    def etc(self) -> Path:
+        return self.root / "etc"  # noqa: E704
+
     @property
-    def conf(self) -> Path: return self.etc / "slurm.conf"  # noqa: E704
+    def conf(self) -> Path:
+        return self.etc / "slurm.conf"  # noqa: E704
+
     @property
-    def state(self) -> Path: return self.root / "slurmctld"  # noqa: E704
+    def state(self) -> Path:
+        return self.root / "slurmctld"  # noqa: E704
+
     @property
-    def spool(self) -> Path: return self.root / "slurmd"  # noqa: E704
+    def spool(self) -> Path:
+        return self.root / "slurmd"  # noqa: E704
+
     @property
-    def log(self) -> Path: return self.root / "log"  # noqa: E704
+    def log(self) -> Path:
+        return self.root / "log"  # noqa: E704
+
     @property
-    def run(self) -> Path: return self.root / "run"  # noqa: E704
+    def run(self) -> Path:
+        return self.root / "run"  # noqa: E704
+
     @property
-    def munge(self) -> Path: return self.root / "munge"  # noqa: E704
+    def munge(self) -> Path:
+        return self.root / "munge"  # noqa: E704
+
     @property
-    def munge_socket(self) -> Path: return self.munge / "munge.socket"  # noqa: E704
+    def munge_socket(self) -> Path:
+        return self.munge / "munge.socket"  # noqa: E704
+
     @property
-    def plugstack_dir(self) -> Path: return self.etc / "plugstack.conf.d"  # noqa: E704
+    def plugstack_dir(self) -> Path:
+        return self.etc / "plugstack.conf.d"  # noqa: E704
 
     def make_dirs(self) -> None:
         for d in (self.etc, self.state, self.spool, self.log, self.run, self.munge, self.plugstack_dir):
@@ -229,8 +255,9 @@ class SlurmTestCluster:
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.host_path(self.layout.log / f"{name}.stderr"), "wb")  # noqa: SIM115
-        proc = subprocess.Popen(self._argv(argv), stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            self._argv(argv), stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         log.close()
         self.procs[name] = proc
         return proc
@@ -251,13 +278,19 @@ class SlurmTestCluster:
     def start_munged(self) -> None:
         m = self.layout.munge
         key = m / "munge.key"
-        subprocess.run(self._argv([self._daemon("mungekey"), "-c", "-k", str(key)]), check=True,
-                       capture_output=True)
-        self._spawn("munged", [
-            self._daemon("munged"), "-F", "-f", f"--socket={self.layout.munge_socket}",
-            f"--key-file={key}", f"--pid-file={m / 'munged.pid'}",
-            f"--seed-file={m / 'munged.seed'}",
-        ])
+        subprocess.run(self._argv([self._daemon("mungekey"), "-c", "-k", str(key)]), check=True, capture_output=True)
+        self._spawn(
+            "munged",
+            [
+                self._daemon("munged"),
+                "-F",
+                "-f",
+                f"--socket={self.layout.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={m / 'munged.pid'}",
+                f"--seed-file={m / 'munged.seed'}",
+            ],
+        )
 
         def ready() -> bool:
             self._check_alive("munged")
@@ -301,8 +334,9 @@ class SlurmTestCluster:
 
     def run(self, *argv: str, check: bool = True, timeout: float = 15) -> subprocess.CompletedProcess:
         """Run a Slurm client command against this cluster (SLURM_CONF set)."""
-        return subprocess.run(self._argv(list(argv)), env=self.env, capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(
+            self._argv(list(argv)), env=self.env, capture_output=True, text=True, check=check, timeout=timeout
+        )
 
     def stop(self, timeout: float = 5) -> None:
         """Stop every process this cluster started (last started first), by pid."""

@@ -42,9 +42,25 @@ def test_eight_joiners_get_the_key_through_the_real_responder(tmp_path):
     out = tmp_path / "result.json"
     before = set(Path("/var/tmp").glob(f"gpu-cluster-bench-munge-{JOINERS}-*"))
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--joiners", str(JOINERS), "--profile-requests", str(PROFILED),
-         "--timeout", "120", "--key-cache", str(tmp_path / "keys"), "--json", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
+        [
+            sys.executable,
+            str(BENCH),
+            "--joiners",
+            str(JOINERS),
+            "--profile-requests",
+            str(PROFILED),
+            "--timeout",
+            "120",
+            "--key-cache",
+            str(tmp_path / "keys"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [r] = json.loads(out.read_text())
     assert r["joiners"] == JOINERS

@@ -56,43 +56,66 @@ def _iso(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _sh(script: str, env: dict[str, str] | None = None, tz: str = "UTC", check: bool = True,
-        timeout: float = 60) -> subprocess.CompletedProcess:
+def _sh(
+    script: str, env: dict[str, str] | None = None, tz: str = "UTC", check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """Run SCRIPT as the agent loop runs it: strict mode, common.sh and block-end.sh sourced."""
     full = f'set -euo pipefail; . "{COMMON}"; . "{BLOCK_END}"; {script}'
-    return subprocess.run(["bash", "-c", full], env={**(env or {}), "TZ": tz, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                          capture_output=True, text=True, check=check, timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", full],
+        env={**(env or {}), "TZ": tz, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+    )
 
 
 # --- the arithmetic, in shell --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Kolkata", "America/Los_Angeles"])
-@pytest.mark.parametrize("value,expected", [
-    ("2026-12-08T11:30:00Z", "2026-12-08T11:30:00Z"),
-    ("2026-12-08T11:30Z", "2026-12-08T11:30:00Z"),
-    ("2026-12-08T12:30:00+01:00", "2026-12-08T11:30:00Z"),
-    ("2026-12-08T06:30:00-0500", "2026-12-08T11:30:00Z"),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("2026-12-08T11:30:00Z", "2026-12-08T11:30:00Z"),
+        ("2026-12-08T11:30Z", "2026-12-08T11:30:00Z"),
+        ("2026-12-08T12:30:00+01:00", "2026-12-08T11:30:00Z"),
+        ("2026-12-08T06:30:00-0500", "2026-12-08T11:30:00Z"),
+    ],
+)
 def test_block_end_epoch_reads_iso_8601_in_any_local_zone(tz, value, expected):
     r = _sh(f'e=$(block_end_epoch "{value}"); echo "$e $(block_end_iso "$e")"', tz=tz)
     assert r.stdout.split() == [str(_epoch(expected)), expected]
 
 
-@pytest.mark.parametrize("value", ["", "2026-12-08 11:30:00Z", "2026-12-08T11:30:00", "tomorrow",
-                                   "2026-13-08T11:30:00Z", "2026-12-08T11:30:00Z; rm -rf /"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "2026-12-08 11:30:00Z",
+        "2026-12-08T11:30:00",
+        "tomorrow",
+        "2026-13-08T11:30:00Z",
+        "2026-12-08T11:30:00Z; rm -rf /",
+    ],
+)
 def test_block_end_epoch_refuses_anything_else(value):
     r = _sh(f"block_end_epoch '{value}'", check=False)
     assert (r.returncode, r.stdout) == (1, "")
 
 
-@pytest.mark.parametrize("value,margin,said", [
-    ("", 40, ""),
-    ("45", 45, ""),
-    ("30", 30, ""),
-    ("29", 30, "BLOCK_END_MARGIN_MINUTES=29 is below EC2's 30-minute termination lead; using 30"),
-    ("08", 30, "BLOCK_END_MARGIN_MINUTES=08 is below EC2's 30-minute termination lead; using 30"),
-    ("forty", 40, "BLOCK_END_MARGIN_MINUTES='forty' is not a whole number of minutes; using 40"),
-])
+@pytest.mark.parametrize(
+    "value,margin,said",
+    [
+        ("", 40, ""),
+        ("45", 45, ""),
+        ("30", 30, ""),
+        ("29", 30, "BLOCK_END_MARGIN_MINUTES=29 is below EC2's 30-minute termination lead; using 30"),
+        ("08", 30, "BLOCK_END_MARGIN_MINUTES=08 is below EC2's 30-minute termination lead; using 30"),
+        ("forty", 40, "BLOCK_END_MARGIN_MINUTES='forty' is not a whole number of minutes; using 40"),
+    ],
+)
 def test_margin_defaults_to_40_and_never_goes_below_30(value, margin, said):
     r = _sh(f"block_end_margin '{value}'")
     assert (r.stdout, r.stderr.strip()) == (f"{margin}\n", said)
@@ -101,8 +124,10 @@ def test_margin_defaults_to_40_and_never_goes_below_30(value, margin, said):
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Kolkata"])
 def test_window_start_reason_and_scontrol_time(tz):
     end = _epoch("2026-12-08T11:30:00Z")
-    r = _sh(f"block_end_start {end} 40; block_end_reason a {end}; block_end_slurm_time {end}; "
-            f"block_end_reservation a", tz=tz)
+    r = _sh(
+        f"block_end_start {end} 40; block_end_reason a {end}; block_end_slurm_time {end}; block_end_reservation a",
+        tz=tz,
+    )
     local = datetime.fromtimestamp(end, UTC).astimezone(ZoneInfo(tz))
     assert r.stdout.splitlines() == [
         str(end - 40 * 60),
@@ -123,7 +148,8 @@ def test_publish_writes_the_end_once_and_the_later_end_wins(tmp_path):
 
     assert publish("") == "" and not f.parent.exists()  # on-demand: nothing on /fsx
     assert publish("2026-12-08T11:30:00Z").endswith(
-        f"published the end of capacity block a (2026-12-08T11:30:00Z) in {f}\n")
+        f"published the end of capacity block a (2026-12-08T11:30:00Z) in {f}\n"
+    )
     assert f.read_text() == "2026-12-08T11:30:00Z\n" and oct(f.stat().st_mode & 0o777) == "0o644"
     mtime = f.stat().st_mtime_ns
     assert publish("2026-12-08T11:30:00Z") == "" and f.stat().st_mtime_ns == mtime
@@ -145,6 +171,7 @@ def test_pass_ignores_a_file_that_is_not_a_block_end(tmp_path):
 
 
 # --- step 10 reads the tag ---------------------------------------------------------------
+
 
 @pytest.fixture
 def imds():
@@ -175,11 +202,14 @@ def _identity(box: Sandbox, imds: str, monkeypatch, **tags: str | None) -> subpr
 
 
 @needs_root
-@pytest.mark.parametrize("block,tag,expected", [
-    ("a", "2026-12-08T12:30:00+01:00", "2026-12-08T11:30:00Z"),
-    ("a", None, ""),
-    ("on-demand", "2026-12-08T11:30:00Z", ""),
-])
+@pytest.mark.parametrize(
+    "block,tag,expected",
+    [
+        ("a", "2026-12-08T12:30:00+01:00", "2026-12-08T11:30:00Z"),
+        ("a", None, ""),
+        ("on-demand", "2026-12-08T11:30:00Z", ""),
+    ],
+)
 def test_identity_records_the_block_end(box, imds, monkeypatch, block, tag, expected):
     r = _identity(box, imds, monkeypatch, GpuClusterBlock=block, GpuClusterBlockEnd=tag)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -191,28 +221,34 @@ def test_identity_refuses_a_block_end_that_is_not_a_time(box, imds, monkeypatch)
     r = _identity(box, imds, monkeypatch, GpuClusterBlockEnd="next Tuesday")
     assert r.returncode == 1
     assert box.status()["reason"].startswith(
-        "GpuClusterBlockEnd tag 'next Tuesday' is not an ISO-8601 time with a zone, e.g. 2026-12-08T11:30:00Z (see ")
+        "GpuClusterBlockEnd tag 'next Tuesday' is not an ISO-8601 time with a zone, e.g. 2026-12-08T11:30:00Z (see "
+    )
 
 
 # --- against a real slurmctld --------------------------------------------------------------
+
 
 @pytest.fixture
 def cluster(tmp_path):
     layout = SlurmLayout(tmp_path / "slurm")
     spec = host_profile_spec()
     files = sc.render_slurm_files("blockend", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
-        "CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8})
+    conf = fill_placeholders(
+        files[node_layout.SLURM_CONF_TEMPLATE],
+        {"CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8},
+    )
     # A silent node is marked not responding within seconds instead of minutes.
     assert "\nSlurmdTimeout=300\n" in conf
     conf = conf.replace("\nSlurmdTimeout=300\n", "\nSlurmdTimeout=10\n")
     c = SlurmTestCluster(layout)
-    c.write_configs({
-        "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
-        "cgroup.conf": files["/etc/slurm/cgroup.conf"],
-        "gres.conf": files["/etc/slurm/gres.conf"],
-        "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
-    })
+    c.write_configs(
+        {
+            "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
+            "cgroup.conf": files["/etc/slurm/cgroup.conf"],
+            "gres.conf": files["/etc/slurm/gres.conf"],
+            "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
+        }
+    )
     c.start_munged()
     c.start_slurmctld()
     line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
@@ -242,8 +278,9 @@ def _reservation(cluster: SlurmTestCluster, name: str) -> dict[str, str]:
 
 def _slurm_epoch(cluster: SlurmTestCluster, value: str) -> int:
     """A time `cluster.run("scontrol", ...)` printed (its local time; the hook ran in another zone)."""
-    return int(subprocess.run(["date", "-d", value, "+%s"], env=cluster.env, capture_output=True,
-                              text=True, check=True).stdout)
+    return int(
+        subprocess.run(["date", "-d", value, "+%s"], env=cluster.env, capture_output=True, text=True, check=True).stdout
+    )
 
 
 def _sbatch(cluster: SlurmTestCluster, *args: str) -> str:
@@ -264,8 +301,9 @@ def _node(cluster: SlurmTestCluster, node: str) -> tuple[str, str]:
 
 def _dead_node(cluster: SlurmTestCluster, name: str, features: str, addr: str, reason: str) -> None:
     """A dynamic node whose instance is gone (an address nothing answers on)."""
-    cluster.run("scontrol", "create", f"nodename={name}", f"NodeAddr={addr}", "CPUs=1",
-                f"Features={features}", "State=FUTURE")
+    cluster.run(
+        "scontrol", "create", f"nodename={name}", f"NodeAddr={addr}", "CPUs=1", f"Features={features}", "State=FUTURE"
+    )
     cluster.run("scontrol", "update", f"nodename={name}", "state=down", "reason=Not responding")
     if reason != "Not responding":
         cluster.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}")
@@ -283,7 +321,9 @@ def test_reservation_lets_a_fitting_job_run_and_keeps_a_crossing_one_waiting(clu
     said = _tick(cluster, fsx_root, "30")
     assert len(said) == 1 and re.fullmatch(
         rf"created reservation block-a-end on {me} from {_iso(start)} to {_iso(end)} "
-        rf"\(capacity block a ends {_iso(end)}, margin 30 min\)", said[0]), said
+        rf"\(capacity block a ends {_iso(end)}, margin 30 min\)",
+        said[0],
+    ), said
     res = _reservation(cluster, "block-a-end")
     assert set(res["Flags"].split(",")) == {"MAINT", "IGNORE_JOBS", "SPEC_NODES"}
     assert (res["Nodes"], res["Users"], res["State"]) == (me, "root", "INACTIVE")
@@ -291,8 +331,13 @@ def test_reservation_lets_a_fitting_job_run_and_keeps_a_crossing_one_waiting(clu
     assert _tick(cluster, fsx_root, "30") == []  # idempotent
     # Drained by us for an earlier end, still alive: the block was extended.
     earlier = end - 3600
-    cluster.run("scontrol", "update", f"nodename={me}", "state=drain",
-                f"reason=capacity block a ends {_iso(earlier)} (EC2 terminates at {_iso(earlier - 1800)})")
+    cluster.run(
+        "scontrol",
+        "update",
+        f"nodename={me}",
+        "state=drain",
+        f"reason=capacity block a ends {_iso(earlier)} (EC2 terminates at {_iso(earlier - 1800)})",
+    )
     assert _tick(cluster, fsx_root, "30") == [f"resumed {me}: capacity block a now ends {_iso(end)}"]
     # (Slurm flags a resumed node "not responding" until its next ping.)
     wait_for(lambda: _node(cluster, me) == ("idle", "none"), 30, f"{me} to be idle again", interval=1)
@@ -302,8 +347,11 @@ def test_reservation_lets_a_fitting_job_run_and_keeps_a_crossing_one_waiting(clu
     unlimited = _sbatch(cluster)  # partition MaxTime=INFINITE: crosses any end
     wait_for(lambda: _job(cluster, fits)[0] == "RUNNING", 20, "the fitting job to start")
     for job in (crosses, unlimited):
-        state, reason = wait_for(lambda j=job: (s := _job(cluster, j))[1].startswith("ReqNodeNotAvail") and s,
-                                 20, f"job {job} to be held back by the reservation")
+        state, reason = wait_for(
+            lambda j=job: (s := _job(cluster, j))[1].startswith("ReqNodeNotAvail") and s,
+            20,
+            f"job {job} to be held back by the reservation",
+        )
         assert state == "PENDING", (job, state, reason)
     assert _node(cluster, me)[1] == "none"  # not drained before the window
 
@@ -311,8 +359,10 @@ def test_reservation_lets_a_fitting_job_run_and_keeps_a_crossing_one_waiting(clu
     _dead_node(cluster, "ip-10-0-0-99", "block-a,local-test", "192.0.2.1", "Not responding")
     said = _tick(cluster, fsx_root, "31")
     want = ",".join(sorted([me, "ip-10-0-0-99"]))
-    assert said == [f"reservation block-a-end: nodes {me} -> {want}",
-                    f"reservation block-a-end: window moved to {_iso(end - 31 * 60)} .. {_iso(end)}"]
+    assert said == [
+        f"reservation block-a-end: nodes {me} -> {want}",
+        f"reservation block-a-end: window moved to {_iso(end - 31 * 60)} .. {_iso(end)}",
+    ]
     res = _reservation(cluster, "block-a-end")
     assert _slurm_epoch(cluster, res["StartTime"]) == end - 31 * 60
     assert sorted(cluster.run("scontrol", "show", "hostnames", res["Nodes"]).stdout.split()) == want.split(",")
@@ -362,8 +412,13 @@ def test_after_the_end_the_blocks_silent_nodes_are_deleted(cluster, tmp_path):
     _dead_node(cluster, "ip-10-0-0-96", "block-a", "192.0.2.6", "Not responding")
     # Silent, drained for a later end (a later block under the same name).
     later = past + 7 * 86400
-    _dead_node(cluster, "ip-10-0-0-95", "block-a", "192.0.2.5",
-               f"capacity block a ends {_iso(later)} (EC2 terminates at {_iso(later - 30 * 60)})")
+    _dead_node(
+        cluster,
+        "ip-10-0-0-95",
+        "block-a",
+        "192.0.2.5",
+        f"capacity block a ends {_iso(later)} (EC2 terminates at {_iso(later - 30 * 60)})",
+    )
     # Another block's silent node with a's reason text is not a's.
     _dead_node(cluster, "ip-10-0-0-94", "block-c", "192.0.2.4", old)
     # A node that still responds is never deleted, whatever its reason says.
@@ -385,6 +440,7 @@ def test_after_the_end_the_blocks_silent_nodes_are_deleted(cluster, tmp_path):
 
 # --- on the local cluster: the whole path from the instance tag ---------------------------
 
+
 @pytest.mark.localcluster
 def test_local_cluster_nodes_of_a_block_get_the_end_reservation(monkeypatch):
     """Nodes booted from the shipped user data with GpuClusterBlock=a and a
@@ -401,8 +457,11 @@ def test_local_cluster_nodes_of_a_block_get_the_end_reservation(monkeypatch):
     # Window start 75 min ahead: the first-boot validation job (60 min limit) still fits.
     end = int(time.time()) + (40 + 75) * 60
     real = node_tags.identity_tags
-    monkeypatch.setattr(node_tags, "identity_tags",
-                        lambda cluster, role, nodes, block, block_end=None: real(cluster, role, nodes, "a", _iso(end)))
+    monkeypatch.setattr(
+        node_tags,
+        "identity_tags",
+        lambda cluster, role, nodes, block, block_end=None: real(cluster, role, nodes, "a", _iso(end)),
+    )
     lines: list[str] = []
     LocalCluster("lcblk", 6, out=lines.append).c.down()
     lc = LocalCluster("lcblk", 6, out=lines.append)
@@ -435,12 +494,20 @@ def test_local_cluster_nodes_of_a_block_get_the_end_reservation(monkeypatch):
 
         fits, crosses = submit("-N2", "--time=30"), submit("-N1", "--time=120")
         wait_for(lambda: job(fits)[0] == "RUNNING", 120, "the fitting 2-node job to run", interval=1)
-        state, reason = wait_for(lambda: (s := job(crosses))[1].startswith("ReqNodeNotAvail") and s, 60,
-                                 "the crossing job to be held back by the reservation", interval=1)
+        state, reason = wait_for(
+            lambda: (s := job(crosses))[1].startswith("ReqNodeNotAvail") and s,
+            60,
+            "the crossing job to be held back by the reservation",
+            interval=1,
+        )
         assert state == "PENDING"
         # The agent loop logs to the journal (systemd) or to its log file (direct mode).
-        log = lc.ctl("bash", "-c", "journalctl -u gpu-cluster-munge-responder --no-pager 2>/dev/null; "
-                     "cat /var/log/gpu-cluster/gpu-cluster-munge-responder.log 2>/dev/null; true").stdout
+        log = lc.ctl(
+            "bash",
+            "-c",
+            "journalctl -u gpu-cluster-munge-responder --no-pager 2>/dev/null; "
+            "cat /var/log/gpu-cluster/gpu-cluster-munge-responder.log 2>/dev/null; true",
+        ).stdout
         assert f"created reservation block-a-end on {','.join(nodes)} from {_iso(end - 2400)} to {_iso(end)}" in log
         lc.ctl("scancel", fits, crosses)
     except BaseException:

@@ -44,21 +44,28 @@ class Sandbox:
         (self.etc / "cluster.env").write_text(
             "CLUSTER_NAME=demo\n"
             f"FSX_MOUNTPOINT={self.fsx}\nFSX_ROOT={self.fsx_root}\n"
-            "FROM_CLUSTER_ENV=cluster\nGPU_CLUSTER_PACKAGES=install\n")
+            "FROM_CLUSTER_ENV=cluster\nGPU_CLUSTER_PACKAGES=install\n"
+        )
         (root / "trace").touch()
 
     def step(self, name: str, body: str) -> None:
         path = self.home / "steps" / f"{name}.sh"
-        path.write_text("#!/usr/bin/env bash\nset -euo pipefail\n"
-                        '. "$GPU_CLUSTER_HOME/lib/common.sh"\n'
-                        f'echo "{name}" >>"{self.root}/trace"\n{body}\n')
+        path.write_text(
+            "#!/usr/bin/env bash\nset -euo pipefail\n"
+            '. "$GPU_CLUSTER_HOME/lib/common.sh"\n'
+            f'echo "{name}" >>"{self.root}/trace"\n{body}\n'
+        )
         path.chmod(0o755)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_CLUSTER", "AWS_EC2"))}
-        env.update(GPU_CLUSTER_HOME=str(self.home), GPU_CLUSTER_ETC=str(self.etc),
-                   GPU_CLUSTER_STATE=str(self.state), GPU_CLUSTER_RUN=str(self.run_dir),
-                   GPU_CLUSTER_LOG_DIR=str(self.log_dir))
+        env.update(
+            GPU_CLUSTER_HOME=str(self.home),
+            GPU_CLUSTER_ETC=str(self.etc),
+            GPU_CLUSTER_STATE=str(self.state),
+            GPU_CLUSTER_RUN=str(self.run_dir),
+            GPU_CLUSTER_LOG_DIR=str(self.log_dir),
+        )
         env.update(extra)
         return env
 
@@ -124,11 +131,14 @@ def test_failure_without_die_reports_exit_status(box):
 
 @needs_root
 def test_marker_on_fsx_with_identity(box):
-    box.step("10-identity", f"""cat >"{box.state}/identity.env" <<'E'
+    box.step(
+        "10-identity",
+        f"""cat >"{box.state}/identity.env" <<'E'
 INSTANCE_ID='i-0abc'
 NODE_NAME='ip-10-0-0-5'
 NODE_ROLE='worker'
-E""")
+E""",
+    )
     box.step("20-b", 'echo "reason with \\"quotes\\" and \\\\ backslash" >"$GC_REASON_FILE"; exit 1')
     r = box.boot(mount_fsx=True)
     assert r.returncode == 1
@@ -162,7 +172,9 @@ def test_rerun_converges_and_only_from(box):
 
 
 def test_env_beats_overrides_beats_cluster_env(box):
-    box.step("10-a", 'echo "$GPU_CLUSTER_PACKAGES $GPU_CLUSTER_SERVICE_MANAGER $FROM_CLUSTER_ENV" >"$GPU_CLUSTER_STATE/seen"')
+    box.step(
+        "10-a", 'echo "$GPU_CLUSTER_PACKAGES $GPU_CLUSTER_SERVICE_MANAGER $FROM_CLUSTER_ENV" >"$GPU_CLUSTER_STATE/seen"'
+    )
     (box.etc / "overrides.env").write_text("GPU_CLUSTER_PACKAGES=preinstalled\nGPU_CLUSTER_SERVICE_MANAGER=direct\n")
     assert box.boot().returncode == 0
     assert (box.state / "seen").read_text() == "preinstalled direct cluster\n"
@@ -200,6 +212,7 @@ def test_daemons_started_by_steps_do_not_hold_the_lock(box):
 
 
 # --- IMDSv2 helper ------------------------------------------------------------------
+
 
 class _Imds(BaseHTTPRequestHandler):
     TOKEN = "tok-123"
@@ -245,9 +258,19 @@ def imds():
 
 def _imds_get(endpoint: str, path: str, **env: str) -> subprocess.CompletedProcess:
     script = f'. "{COMMON}"; imds_get "$1"'
-    return subprocess.run(["bash", "-c", script, "x", path], capture_output=True, text=True, timeout=30,
-                          env={**os.environ, "AWS_EC2_METADATA_SERVICE_ENDPOINT": endpoint,
-                               "IMDS_TRIES": "2", "IMDS_RETRY_SLEEP": "0", **env})
+    return subprocess.run(
+        ["bash", "-c", script, "x", path],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={
+            **os.environ,
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": endpoint,
+            "IMDS_TRIES": "2",
+            "IMDS_RETRY_SLEEP": "0",
+            **env,
+        },
+    )
 
 
 def test_imds_get_uses_token_and_endpoint(imds):
@@ -277,16 +300,25 @@ def test_imds_token_is_required(imds, monkeypatch):
     r = _imds_get(imds, "meta-data/instance-id")
     assert r.returncode == 0  # consistent token: fine
     # Without the PUT (plain GET), the stand-in refuses: the helper must not do that.
-    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", imds + "latest/meta-data/instance-id"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", imds + "latest/meta-data/instance-id"],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert out == "401"
 
 
 # --- munge key hand-over --------------------------------------------------------------
 
+
 def _mj(cwd: Path, script: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f'set -euo pipefail; . "{MUNGE_JOIN}"; {script}'],
-                          cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; . "{MUNGE_JOIN}"; {script}'],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -351,10 +383,12 @@ def test_stale_response_is_dropped_and_answered_again(mj):
 
 def test_two_responders_do_not_clobber(mj):
     assert _mj(mj, "mj_request priv req i-0eee").returncode == 0
-    a = subprocess.Popen(["bash", "-c", f'. "{MUNGE_JOIN}"; mj_answer munge.key req resp 0'], cwd=mj,
-                         stdout=subprocess.PIPE, text=True)
-    b = subprocess.Popen(["bash", "-c", f'. "{MUNGE_JOIN}"; mj_answer munge.key req resp 0'], cwd=mj,
-                         stdout=subprocess.PIPE, text=True)
+    a = subprocess.Popen(
+        ["bash", "-c", f'. "{MUNGE_JOIN}"; mj_answer munge.key req resp 0'], cwd=mj, stdout=subprocess.PIPE, text=True
+    )
+    b = subprocess.Popen(
+        ["bash", "-c", f'. "{MUNGE_JOIN}"; mj_answer munge.key req resp 0'], cwd=mj, stdout=subprocess.PIPE, text=True
+    )
     answered = int(a.communicate()[0]) + int(b.communicate()[0])
     assert answered == 1
     assert sorted(p.name for p in (mj / "resp").iterdir()) == ["i-0eee.cms"]  # no temp files left
@@ -379,11 +413,32 @@ def _identity_boot(box: Sandbox, imds: str) -> subprocess.CompletedProcess:
     hosts = box.root / "hosts"
     hosts.write_text("127.0.0.1 localhost\n127.0.1.1 ip-10-9-8-7\n::1 localhost ip6-localhost\n")
     inner = f'mount --bind "{hosts}" /etc/hosts && hostname old-name && exec "$@"'
-    cmd = ["unshare", "--uts", "--mount", "--propagation", "private", "bash", "-c", inner, "x",
-           str(box.home / "bin" / "gpu-cluster-boot"), "--only", "identity"]
-    return subprocess.run(cmd, env=box.env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds, GPU_CLUSTER_SERVICE_MANAGER="direct",
-                                            IMDS_TRIES="2", IMDS_RETRY_SLEEP="0"),
-                          capture_output=True, text=True, timeout=60)
+    cmd = [
+        "unshare",
+        "--uts",
+        "--mount",
+        "--propagation",
+        "private",
+        "bash",
+        "-c",
+        inner,
+        "x",
+        str(box.home / "bin" / "gpu-cluster-boot"),
+        "--only",
+        "identity",
+    ]
+    return subprocess.run(
+        cmd,
+        env=box.env(
+            AWS_EC2_METADATA_SERVICE_ENDPOINT=imds,
+            GPU_CLUSTER_SERVICE_MANAGER="direct",
+            IMDS_TRIES="2",
+            IMDS_RETRY_SLEEP="0",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @needs_root
@@ -393,11 +448,20 @@ def test_identity_pins_ipv4_and_writes_identity(box, imds, monkeypatch):
     assert r.returncode == 0, r.stdout + r.stderr
     hosts = (box.root / "hosts").read_text().splitlines()
     # Debian's 127.0.1.1 line is gone, ours is last; the rest is kept.
-    assert hosts == ["127.0.0.1 localhost", "::1 localhost ip6-localhost",
-                     "10.9.8.7 ip-10-9-8-7.us-east-2.compute.internal ip-10-9-8-7"]
+    assert hosts == [
+        "127.0.0.1 localhost",
+        "::1 localhost ip6-localhost",
+        "10.9.8.7 ip-10-9-8-7.us-east-2.compute.internal ip-10-9-8-7",
+    ]
     env = (box.state / "identity.env").read_text()
-    for line in ("INSTANCE_ID='i-0123456789abcdef0'", "NODE_ADDR='10.9.8.7'", "NODE_NAME='ip-10-9-8-7'",
-                 "NODE_ROLE='controller'", "NODE_BLOCK='a'", "GPU_CLUSTER_NODES='4'"):
+    for line in (
+        "INSTANCE_ID='i-0123456789abcdef0'",
+        "NODE_ADDR='10.9.8.7'",
+        "NODE_NAME='ip-10-9-8-7'",
+        "NODE_ROLE='controller'",
+        "NODE_BLOCK='a'",
+        "GPU_CLUSTER_NODES='4'",
+    ):
         assert line in env.splitlines()
     assert box.status()["instance_id"] == "i-0123456789abcdef0" and box.status()["role"] == "controller"
     # Rerun: nothing to change, same file.
@@ -407,11 +471,14 @@ def test_identity_pins_ipv4_and_writes_identity(box, imds, monkeypatch):
 
 
 @needs_root
-@pytest.mark.parametrize("key,value,reason", [
-    ("GpuClusterName", "other", "GpuClusterName tag is 'other' but this user data belongs to cluster 'demo'"),
-    ("GpuClusterRole", "boss", "GpuClusterRole tag is 'boss'; expected controller or worker"),
-    ("GpuClusterNodes", None, "instance tag GpuClusterNodes is not visible in instance metadata"),
-])
+@pytest.mark.parametrize(
+    "key,value,reason",
+    [
+        ("GpuClusterName", "other", "GpuClusterName tag is 'other' but this user data belongs to cluster 'demo'"),
+        ("GpuClusterRole", "boss", "GpuClusterRole tag is 'boss'; expected controller or worker"),
+        ("GpuClusterNodes", None, "instance tag GpuClusterNodes is not visible in instance metadata"),
+    ],
+)
 def test_identity_rejects_bad_tags(box, imds, monkeypatch, key, value, reason):
     data = dict(IDENTITY)
     if value is None:
@@ -426,9 +493,15 @@ def test_identity_rejects_bad_tags(box, imds, monkeypatch, key, value, reason):
 
 # --- direct mode services (pid files under GPU_CLUSTER_RUN) -------------------------------
 
+
 def _svc(box: Sandbox, script: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f'set -euo pipefail; . "{COMMON}"; {script}'], capture_output=True, text=True,
-                          env=box.env(GPU_CLUSTER_SERVICE_MANAGER="direct", GC_WAIT_INTERVAL="1"), timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; . "{COMMON}"; {script}'],
+        capture_output=True,
+        text=True,
+        env=box.env(GPU_CLUSTER_SERVICE_MANAGER="direct", GC_WAIT_INTERVAL="1"),
+        timeout=60,
+    )
 
 
 def test_direct_mode_start_active_restart_stop(box):
@@ -478,16 +551,31 @@ def test_systemd_mode_starts_without_blocking_and_waits_bounded(box):
     (bindir / "systemctl").write_text(f'#!/bin/bash\necho "$*" >>"{box.root}/systemctl.calls"\nexit 0\n')
     (bindir / "systemctl").chmod(0o755)
     env = box.env(GPU_CLUSTER_SERVICE_MANAGER="systemd", PATH=f"{bindir}:{os.environ['PATH']}")
-    r = subprocess.run(["bash", "-c", f'set -euo pipefail; . "{COMMON}"; svc start slurmd; svc restart munge; '
-                        'svc enable slurmctld; svc active slurmd; svc_reload'], env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'set -euo pipefail; . "{COMMON}"; svc start slurmd; svc restart munge; '
+            "svc enable slurmctld; svc active slurmd; svc_reload",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert (box.root / "systemctl.calls").read_text().splitlines() == [
-        "--no-block start slurmd", "is-active --quiet slurmd",
-        "--no-block restart munge", "is-active --quiet munge",
-        "enable --quiet slurmctld", "is-active --quiet slurmd", "daemon-reload"]
+        "--no-block start slurmd",
+        "is-active --quiet slurmd",
+        "--no-block restart munge",
+        "is-active --quiet munge",
+        "enable --quiet slurmctld",
+        "is-active --quiet slurmd",
+        "daemon-reload",
+    ]
 
 
 # --- step 30-fsx: the shared directory layout, and the no-Lustre failure ----------------
+
 
 @needs_root
 def test_fsx_step_on_a_mounted_fsx_creates_private_layout(box):

@@ -43,15 +43,19 @@ def cluster(tmp_path):
     layout = SlurmLayout(tmp_path / "slurm")
     spec = host_profile_spec()
     files = sc.render_slurm_files("bootfail", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
-        "CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8})
+    conf = fill_placeholders(
+        files[node_layout.SLURM_CONF_TEMPLATE],
+        {"CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8},
+    )
     c = SlurmTestCluster(layout)
-    c.write_configs({
-        "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
-        "cgroup.conf": files["/etc/slurm/cgroup.conf"],
-        "gres.conf": files["/etc/slurm/gres.conf"],
-        "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
-    })
+    c.write_configs(
+        {
+            "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
+            "cgroup.conf": files["/etc/slurm/cgroup.conf"],
+            "gres.conf": files["/etc/slurm/gres.conf"],
+            "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
+        }
+    )
     c.start_munged()
     c.start_slurmctld()
     c.slurmd_line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
@@ -63,9 +67,24 @@ def cluster(tmp_path):
 
 def _marker(status: Path, node: str, state: str, step: str, reason: str, updated: str = "2026-12-01T07:00:00Z"):
     status.mkdir(parents=True, exist_ok=True)
-    (status / f"{node}.json").write_text(json.dumps({
-        "node": node, "instance_id": "i-0" + node[-2:], "role": "worker", "step": step, "state": state,
-        "reason": reason, "log": LOG, "skipped": "", "validation_job": "", "marker": "", "updated": updated}) + "\n")
+    (status / f"{node}.json").write_text(
+        json.dumps(
+            {
+                "node": node,
+                "instance_id": "i-0" + node[-2:],
+                "role": "worker",
+                "step": step,
+                "state": state,
+                "reason": reason,
+                "log": LOG,
+                "skipped": "",
+                "validation_job": "",
+                "marker": "",
+                "updated": updated,
+            }
+        )
+        + "\n"
+    )
 
 
 def _agent(cluster: SlurmTestCluster, tmp_path: Path, call: str) -> str:
@@ -90,21 +109,35 @@ def test_failed_boots_show_in_sinfo_with_the_reason_and_clear_on_the_next_boot(c
     status, records = tmp_path / "status", tmp_path / "records"
     # Registered, failed late (e.g. Pyxis); never registered, failed at munge; still
     # retrying; fine. Only the first two are failures.
-    _marker(status, me, "failed", "70-pyxis",
-            f"srun --help does not show --container-image (see {LOG}); gave up after 4 attempts")
-    _marker(status, ghost, "failed", "40-munge",
-            f"timed out after 1800s waiting for the munge key (see {LOG}); gave up after 4 attempts")
+    _marker(
+        status,
+        me,
+        "failed",
+        "70-pyxis",
+        f"srun --help does not show --container-image (see {LOG}); gave up after 4 attempts",
+    )
+    _marker(
+        status,
+        ghost,
+        "failed",
+        "40-munge",
+        f"timed out after 1800s waiting for the munge key (see {LOG}); gave up after 4 attempts",
+    )
     _marker(status, "ip-10-0-0-43", "retrying", "30-fsx", "not mounted; attempt 1 of 4 failed")
     _marker(status, "ip-10-0-0-44", "ok", "95-handoff", "all 9 step(s) ok")
     (status / "ip-10-0-0-45.json").write_text('{"node": "ip-10-0-0-45", "sta')  # half-written
 
     out = _agent(cluster, tmp_path, f'report_boot_failures "{status}" "{records}"')
-    want_me = (f"boot failed at 70-pyxis: srun --help does not show --container-image; "
-               f"gave up after 4 attempts; log {LOG}")
-    want_ghost = (f"boot failed at 40-munge: timed out after 1800s waiting for the munge key; "
-                  f"gave up after 4 attempts; log {LOG}")
-    assert out.splitlines() == [f"listed {ghost} as down (it never registered): {want_ghost}",
-                                f"drained {me}: {want_me}"]
+    want_me = (
+        f"boot failed at 70-pyxis: srun --help does not show --container-image; gave up after 4 attempts; log {LOG}"
+    )
+    want_ghost = (
+        f"boot failed at 40-munge: timed out after 1800s waiting for the munge key; gave up after 4 attempts; log {LOG}"
+    )
+    assert out.splitlines() == [
+        f"listed {ghost} as down (it never registered): {want_ghost}",
+        f"drained {me}: {want_me}",
+    ]
     nodes = _sinfo(cluster)
     assert set(nodes) == {me, ghost}  # retrying / ok / unreadable markers: not listed
     assert nodes[me][0] in ("drained", "draining") and nodes[me][1] == want_me
@@ -130,9 +163,13 @@ def test_failed_boots_show_in_sinfo_with_the_reason_and_clear_on_the_next_boot(c
     assert _agent(cluster, tmp_path, f'report_boot_failures "{status}" "{records}"').startswith(f"drained {me}")
 
     # The nodes' next boots (step 50) undo it: resumed, placeholder deleted.
-    assert _agent(cluster, tmp_path, f"clear_boot_failure {me}") == f"resumed {me} (drained for an earlier failed boot)\n"
-    assert _agent(cluster, tmp_path, f"clear_boot_failure {ghost}") == \
-        f"deleted the placeholder of {ghost} (listed down for an earlier failed boot)\n"
+    assert (
+        _agent(cluster, tmp_path, f"clear_boot_failure {me}") == f"resumed {me} (drained for an earlier failed boot)\n"
+    )
+    assert (
+        _agent(cluster, tmp_path, f"clear_boot_failure {ghost}")
+        == f"deleted the placeholder of {ghost} (listed down for an earlier failed boot)\n"
+    )
     _idle(cluster, me)
     assert set(_sinfo(cluster)) == {me}
     # A drain that is not ours stays.

@@ -86,8 +86,12 @@ def test_permanent_failure_stops_after_bounded_attempts_with_backoff(box):
 def test_status_says_retrying_while_waiting(box):
     _retry_settings(box, attempts=2, delay=3)
     box.step("10-a", _fails_first_time(box, "mirror unreachable"))
-    proc = subprocess.Popen([str(box.home / "bin" / "gpu-cluster-boot")], env=box.env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(box.home / "bin" / "gpu-cluster-boot")],
+        env=box.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         seen = None
         deadline = time.monotonic() + 20
@@ -146,10 +150,20 @@ def test_fsx_appearing_late_is_retried_and_recovers_without_a_reboot(box):
     # The shared directory is bind-mounted on /fsx 2 s after the boot starts, in the
     # boot's own (private) mount namespace.
     inner = f'(sleep 2; mount --bind "{box.fsx}" "{box.fsx}") & exec "$@"'
-    cmd = ["unshare", "--mount", "--propagation", "private", "bash", "-c", inner, "boot",
-           str(box.home / "bin" / "gpu-cluster-boot")]
-    r = subprocess.run(cmd, env=box.env(GPU_CLUSTER_PACKAGES="preinstalled"), capture_output=True,
-                       text=True, timeout=60)
+    cmd = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "bash",
+        "-c",
+        inner,
+        "boot",
+        str(box.home / "bin" / "gpu-cluster-boot"),
+    ]
+    r = subprocess.run(
+        cmd, env=box.env(GPU_CLUSTER_PACKAGES="preinstalled"), capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     log = (box.log_dir / "boot.log").read_text()
     assert "FAILED 30-fsx" in log and "retrying from 30-fsx" in log
@@ -176,8 +190,12 @@ def test_a_step_that_failed_at_the_end_of_a_long_wait_is_not_retried(box):
 
 def test_rendered_cluster_env_retries_and_bounds_the_munge_recovery():
     from tests.test_userdata_render import rendered
-    env = dict(line.split("=", 1) for line in rendered().files["/etc/gpu-cluster/cluster.env"].decode().splitlines()
-               if line and not line.startswith("#"))
+
+    env = dict(
+        line.split("=", 1)
+        for line in rendered().files["/etc/gpu-cluster/cluster.env"].decode().splitlines()
+        if line and not line.startswith("#")
+    )
     assert (env["BOOT_ATTEMPTS"], env["BOOT_RETRY_DELAY"]) == ("4", "30")
     # A live holder answers a request within MUNGE_WORKER_MIN_AGE + MUNGE_WORKER_INTERVAL;
     # the controller must wait longer before it rotates the key, or a controller

@@ -22,7 +22,13 @@ def test_catalog_holds_exactly_the_supported_types():
 @pytest.mark.parametrize("name,gpus,vcpus,sockets,cores,threads,efa,cards,gbps", EXPECTED)
 def test_figures(name, gpus, vcpus, sockets, cores, threads, efa, cards, gbps):
     s = CATALOG[name]
-    assert (s.gpus, s.vcpus, s.sockets, s.cores_per_socket, s.threads_per_core) == (gpus, vcpus, sockets, cores, threads)
+    assert (s.gpus, s.vcpus, s.sockets, s.cores_per_socket, s.threads_per_core) == (
+        gpus,
+        vcpus,
+        sockets,
+        cores,
+        threads,
+    )
     assert (s.efa_count, s.network_cards, s.efa_gbps) == (efa, cards, gbps)
     assert s.cpus_per_gpu == vcpus // gpus
     assert s.sources, f"{name} cites no source"
@@ -43,6 +49,19 @@ def test_derived_topology_is_marked_unconfirmed():
 
 def test_inconsistent_topology_is_rejected():
     with pytest.raises(ValueError, match="sockets x cores x threads"):
-        InstanceSpec(name="bad", gpu_model="x", gpus=8, gpu_memory_mib=1, vcpus=100, sockets=2,
-                     cores_per_socket=48, threads_per_core=2, memory_mib=1, network_cards=1,
-                     efa_count=1, efa_on_card0=True, local_nvme_gb=0, efa_gbps=1)
+        InstanceSpec(
+            name="bad",
+            gpu_model="x",
+            gpus=8,
+            gpu_memory_mib=1,
+            vcpus=100,
+            sockets=2,
+            cores_per_socket=48,
+            threads_per_core=2,
+            memory_mib=1,
+            network_cards=1,
+            efa_count=1,
+            efa_on_card0=True,
+            local_nvme_gb=0,
+            efa_gbps=1,
+        )

@@ -30,8 +30,7 @@ _DEL = object()
 
 
 def _blocks(*specs):
-    return [{"name": n, "reservation_id": cr, "instance_count": c, "availability_zone": az}
-            for n, cr, c, az in specs]
+    return [{"name": n, "reservation_id": cr, "instance_count": c, "availability_zone": az} for n, cr, c, az in specs]
 
 
 # (id, [(path, value), ...], expected path in the message, fragment of the message)
@@ -48,74 +47,213 @@ INVALID = [
     ("bad-cidr", [("network.subnet_id", _DEL), ("network.vpc_cidr", "10.0.0.0/8")], f"{R}.network.vpc_cidr", "/16"),
     ("too-few-nodes", [("capacity.nodes", 1)], f"{R}.capacity.nodes", "greater than or equal to 2"),
     ("nodes-above-blocks", [("capacity.nodes", 3)], f"{R}.capacity.nodes", "hold 2"),
-    ("block-too-big", [("capacity.capacity_blocks.0.instance_count", 65)],
-     f"{R}.capacity.capacity_blocks[0].instance_count", "at most 64"),
-    ("block-zero", [("capacity.capacity_blocks.0.instance_count", 0)],
-     f"{R}.capacity.capacity_blocks[0].instance_count", "greater than 0"),
-    ("block-other-az", [("capacity.capacity_blocks.0.availability_zone", "us-east-2a")],
-     f"{R}.capacity.capacity_blocks[0].availability_zone", "share one subnet"),
-    ("bad-reservation", [("capacity.capacity_blocks.0.reservation_id", "cb-1")],
-     f"{R}.capacity.capacity_blocks[0].reservation_id", "cr-"),
-    ("bad-block-name", [("capacity.capacity_blocks.0.name", "1st block")],
-     f"{R}.capacity.capacity_blocks[0].name", "block name"),
-    ("duplicate-block-name", [("capacity.nodes", 4), ("capacity.capacity_blocks", _blocks(
-        ("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("a", "cr-0123456789abcdef1", 2, "us-east-2b")))],
-     f"{R}.capacity.capacity_blocks[1].name", "duplicate"),
-    ("duplicate-reservation", [("capacity.nodes", 4), ("capacity.capacity_blocks", _blocks(
-        ("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("b", "cr-0123456789abcdef0", 2, "us-east-2b")))],
-     f"{R}.capacity.capacity_blocks[1].reservation_id", "twice"),
-    ("empty-second-block", [("capacity.capacity_blocks", _blocks(
-        ("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b")))],
-     f"{R}.capacity.capacity_blocks[1]", "no nodes"),
+    (
+        "block-too-big",
+        [("capacity.capacity_blocks.0.instance_count", 65)],
+        f"{R}.capacity.capacity_blocks[0].instance_count",
+        "at most 64",
+    ),
+    (
+        "block-zero",
+        [("capacity.capacity_blocks.0.instance_count", 0)],
+        f"{R}.capacity.capacity_blocks[0].instance_count",
+        "greater than 0",
+    ),
+    (
+        "block-other-az",
+        [("capacity.capacity_blocks.0.availability_zone", "us-east-2a")],
+        f"{R}.capacity.capacity_blocks[0].availability_zone",
+        "share one subnet",
+    ),
+    (
+        "bad-reservation",
+        [("capacity.capacity_blocks.0.reservation_id", "cb-1")],
+        f"{R}.capacity.capacity_blocks[0].reservation_id",
+        "cr-",
+    ),
+    (
+        "bad-block-name",
+        [("capacity.capacity_blocks.0.name", "1st block")],
+        f"{R}.capacity.capacity_blocks[0].name",
+        "block name",
+    ),
+    (
+        "duplicate-block-name",
+        [
+            ("capacity.nodes", 4),
+            (
+                "capacity.capacity_blocks",
+                _blocks(("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("a", "cr-0123456789abcdef1", 2, "us-east-2b")),
+            ),
+        ],
+        f"{R}.capacity.capacity_blocks[1].name",
+        "duplicate",
+    ),
+    (
+        "duplicate-reservation",
+        [
+            ("capacity.nodes", 4),
+            (
+                "capacity.capacity_blocks",
+                _blocks(("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("b", "cr-0123456789abcdef0", 2, "us-east-2b")),
+            ),
+        ],
+        f"{R}.capacity.capacity_blocks[1].reservation_id",
+        "twice",
+    ),
+    (
+        "empty-second-block",
+        [
+            (
+                "capacity.capacity_blocks",
+                _blocks(("a", "cr-0123456789abcdef0", 2, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b")),
+            )
+        ],
+        f"{R}.capacity.capacity_blocks[1]",
+        "no nodes",
+    ),
     ("placement-with-blocks", [("capacity.placement_group", True)], f"{R}.capacity.placement_group", "co-located"),
     ("fsx-capacity-increment", [("fsx.storage_capacity_gib", 3000)], f"{R}.fsx.storage_capacity_gib", "2400"),
     ("fsx-capacity-small", [("fsx.storage_capacity_gib", 600)], f"{R}.fsx.storage_capacity_gib", "1200"),
-    ("fsx-scratch1-increment", [("fsx.deployment_type", "SCRATCH_1"), ("fsx.per_unit_storage_throughput", None),
-                                ("fsx.storage_capacity_gib", 4800)], f"{R}.fsx.storage_capacity_gib", "3600"),
+    (
+        "fsx-scratch1-increment",
+        [
+            ("fsx.deployment_type", "SCRATCH_1"),
+            ("fsx.per_unit_storage_throughput", None),
+            ("fsx.storage_capacity_gib", 4800),
+        ],
+        f"{R}.fsx.storage_capacity_gib",
+        "3600",
+    ),
     ("fsx-throughput-p2", [("fsx.per_unit_storage_throughput", 200)], f"{R}.fsx.per_unit_storage_throughput", "125"),
-    ("fsx-throughput-p1", [("fsx.deployment_type", "PERSISTENT_1"), ("fsx.per_unit_storage_throughput", 250)],
-     f"{R}.fsx.per_unit_storage_throughput", "50"),
-    ("fsx-throughput-scratch", [("fsx.deployment_type", "SCRATCH_2"), ("fsx.per_unit_storage_throughput", 125)],
-     f"{R}.fsx.per_unit_storage_throughput", "no per-unit"),
+    (
+        "fsx-throughput-p1",
+        [("fsx.deployment_type", "PERSISTENT_1"), ("fsx.per_unit_storage_throughput", 250)],
+        f"{R}.fsx.per_unit_storage_throughput",
+        "50",
+    ),
+    (
+        "fsx-throughput-scratch",
+        [("fsx.deployment_type", "SCRATCH_2"), ("fsx.per_unit_storage_throughput", 125)],
+        f"{R}.fsx.per_unit_storage_throughput",
+        "no per-unit",
+    ),
     ("fsx-bad-type", [("fsx.deployment_type", "PERSISTENT_3")], f"{R}.fsx.deployment_type", "PERSISTENT_3"),
-    ("fsx-bad-s3", [("fsx.data_repository", {"s3_uri": "https://bucket"})],
-     f"{R}.fsx.data_repository.s3_uri", "S3 URI"),
-    ("fsx-repo-path", [("fsx.data_repository", {"s3_uri": "s3://bucket/x", "file_system_path": "/"})],
-     f"{R}.fsx.data_repository.file_system_path", "absolute path"),
-    ("pinned-and-unpinned", [("image", {"ami_id": "ami-0123456789abcdef0", "allow_unpinned": True})],
-     f"{R}.image.allow_unpinned", "pins the image already"),
-    ("ubuntu-2204", [("image", {"ssm_parameter": "/aws/service/deeplearning/ami/x86_64/"
-                                                 "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"})],
-     f"{R}.image.ssm_parameter", "Slurm 21.08 has no dynamic nodes"),
-    ("block-start-no-zone", [("capacity.capacity_blocks.0.start", "2026-12-01T11:30:00")],
-     f"{R}.capacity.capacity_blocks[0].start", "no time zone"),
-    ("block-start-not-a-date", [("capacity.capacity_blocks.0.start", "next monday")],
-     f"{R}.capacity.capacity_blocks[0].start", "datetime"),
-    ("block-end-not-1130", [("capacity.capacity_blocks.0.end", "2026-12-08T12:00:00Z")],
-     f"{R}.capacity.capacity_blocks[0].end", "blocks end at 11:30 UTC"),
-    ("block-end-other-zone", [("capacity.capacity_blocks.0.end", "2026-12-08T11:30:00+01:00")],
-     f"{R}.capacity.capacity_blocks[0].end", "2026-12-08T10:30:00Z is not a Capacity Block end"),
-    ("block-end-before-start", [("capacity.capacity_blocks.0.start", "2026-12-09T11:30:00Z")],
-     f"{R}.capacity.capacity_blocks[0].end", "not after start 2026-12-09T11:30:00Z"),
-    ("block-start-only", [("capacity.capacity_blocks.0.end", _DEL)],
-     f"{R}.capacity.capacity_blocks[0].end", "required with start"),
-    ("block-shorter-than-margin", [("capacity.capacity_blocks.0.start", "2026-12-08T11:00:00Z")],
-     f"{R}.capacity.capacity_blocks[0].end", "not longer than capacity.block_end_margin_minutes (40)"),
-    ("margin-below-ec2-lead", [("capacity.block_end_margin_minutes", 29)],
-     f"{R}.capacity.block_end_margin_minutes", "use at least 30"),
-    ("margin-on-demand", [("capacity", {"nodes": 2, "block_end_margin_minutes": 45})],
-     f"{R}.capacity.block_end_margin_minutes", "only used with Capacity Blocks"),
-    ("backups-off-silently", [("fsx.backup_retention_days", 0)],
-     f"{R}.fsx.backup_retention_days", "fsx.allow_no_backups: true"),
-    ("backups-too-long", [("fsx.backup_retention_days", 91)],
-     f"{R}.fsx.backup_retention_days", "less than or equal to 90"),
-    ("backups-on-scratch", [("fsx.deployment_type", "SCRATCH_2"), ("fsx.per_unit_storage_throughput", None),
-                            ("fsx.backup_retention_days", 3)],
-     f"{R}.fsx.backup_retention_days", "PERSISTENT types only"),
-    ("no-backups-opt-out-unused", [("fsx.allow_no_backups", True)],
-     f"{R}.fsx.allow_no_backups", "backups are on (7 days)"),
-    ("pin-unknown-key", [("fsx.pinned", {"cluster_name": "t1"})],
-     f"{R}.fsx.pinned.deployment_type", "required"),
+    (
+        "fsx-bad-s3",
+        [("fsx.data_repository", {"s3_uri": "https://bucket"})],
+        f"{R}.fsx.data_repository.s3_uri",
+        "S3 URI",
+    ),
+    (
+        "fsx-repo-path",
+        [("fsx.data_repository", {"s3_uri": "s3://bucket/x", "file_system_path": "/"})],
+        f"{R}.fsx.data_repository.file_system_path",
+        "absolute path",
+    ),
+    (
+        "pinned-and-unpinned",
+        [("image", {"ami_id": "ami-0123456789abcdef0", "allow_unpinned": True})],
+        f"{R}.image.allow_unpinned",
+        "pins the image already",
+    ),
+    (
+        "ubuntu-2204",
+        [
+            (
+                "image",
+                {
+                    "ssm_parameter": "/aws/service/deeplearning/ami/x86_64/"
+                    "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+                },
+            )
+        ],
+        f"{R}.image.ssm_parameter",
+        "Slurm 21.08 has no dynamic nodes",
+    ),
+    (
+        "block-start-no-zone",
+        [("capacity.capacity_blocks.0.start", "2026-12-01T11:30:00")],
+        f"{R}.capacity.capacity_blocks[0].start",
+        "no time zone",
+    ),
+    (
+        "block-start-not-a-date",
+        [("capacity.capacity_blocks.0.start", "next monday")],
+        f"{R}.capacity.capacity_blocks[0].start",
+        "datetime",
+    ),
+    (
+        "block-end-not-1130",
+        [("capacity.capacity_blocks.0.end", "2026-12-08T12:00:00Z")],
+        f"{R}.capacity.capacity_blocks[0].end",
+        "blocks end at 11:30 UTC",
+    ),
+    (
+        "block-end-other-zone",
+        [("capacity.capacity_blocks.0.end", "2026-12-08T11:30:00+01:00")],
+        f"{R}.capacity.capacity_blocks[0].end",
+        "2026-12-08T10:30:00Z is not a Capacity Block end",
+    ),
+    (
+        "block-end-before-start",
+        [("capacity.capacity_blocks.0.start", "2026-12-09T11:30:00Z")],
+        f"{R}.capacity.capacity_blocks[0].end",
+        "not after start 2026-12-09T11:30:00Z",
+    ),
+    (
+        "block-start-only",
+        [("capacity.capacity_blocks.0.end", _DEL)],
+        f"{R}.capacity.capacity_blocks[0].end",
+        "required with start",
+    ),
+    (
+        "block-shorter-than-margin",
+        [("capacity.capacity_blocks.0.start", "2026-12-08T11:00:00Z")],
+        f"{R}.capacity.capacity_blocks[0].end",
+        "not longer than capacity.block_end_margin_minutes (40)",
+    ),
+    (
+        "margin-below-ec2-lead",
+        [("capacity.block_end_margin_minutes", 29)],
+        f"{R}.capacity.block_end_margin_minutes",
+        "use at least 30",
+    ),
+    (
+        "margin-on-demand",
+        [("capacity", {"nodes": 2, "block_end_margin_minutes": 45})],
+        f"{R}.capacity.block_end_margin_minutes",
+        "only used with Capacity Blocks",
+    ),
+    (
+        "backups-off-silently",
+        [("fsx.backup_retention_days", 0)],
+        f"{R}.fsx.backup_retention_days",
+        "fsx.allow_no_backups: true",
+    ),
+    (
+        "backups-too-long",
+        [("fsx.backup_retention_days", 91)],
+        f"{R}.fsx.backup_retention_days",
+        "less than or equal to 90",
+    ),
+    (
+        "backups-on-scratch",
+        [
+            ("fsx.deployment_type", "SCRATCH_2"),
+            ("fsx.per_unit_storage_throughput", None),
+            ("fsx.backup_retention_days", 3),
+        ],
+        f"{R}.fsx.backup_retention_days",
+        "PERSISTENT types only",
+    ),
+    (
+        "no-backups-opt-out-unused",
+        [("fsx.allow_no_backups", True)],
+        f"{R}.fsx.allow_no_backups",
+        "backups are on (7 days)",
+    ),
+    ("pin-unknown-key", [("fsx.pinned", {"cluster_name": "t1"})], f"{R}.fsx.pinned.deployment_type", "required"),
     ("bad-ami", [("image", {"ami_id": "ubuntu"})], f"{R}.image.ami_id", "AMI id"),
     ("root-too-small", [("root_volume", {"size_gib": 50})], f"{R}.root_volume.size_gib", "100"),
     ("partition-default", [("slurm", {"partition": "default"})], f"{R}.slurm.partition", "DEFAULT"),
@@ -175,8 +313,12 @@ def test_stack_files_parse(stack):
 
 def test_first_block_holding_only_the_controller_is_used():
     raw = valid_raw()
-    raw["capacity"] = {"nodes": 3, "capacity_blocks": _blocks(
-        ("a", "cr-0123456789abcdef0", 1, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b"))}
+    raw["capacity"] = {
+        "nodes": 3,
+        "capacity_blocks": _blocks(
+            ("a", "cr-0123456789abcdef0", 1, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b")
+        ),
+    }
     cfg = parse_config(raw)
     assert [(g.name, g.size) for g in cfg.node_groups()] == [("controller", 1), ("block-a", 0), ("block-b", 2)]
 
@@ -188,8 +330,7 @@ def test_shape_errors_do_not_hide_meaning_errors_elsewhere():
     raw["image"] = {"ami_id": "ami-0123456789abcdef0", "allow_unpinned": True}  # meaning error in image
     with pytest.raises(ConfigError) as exc:
         parse_config(raw)
-    assert [p for p, _ in exc.value.problems] == [
-        f"{R}.fsx.sise", f"{R}.capacity.nodes", f"{R}.image.allow_unpinned"]
+    assert [p for p, _ in exc.value.problems] == [f"{R}.fsx.sise", f"{R}.capacity.nodes", f"{R}.image.allow_unpinned"]
 
 
 def test_bad_network_does_not_invent_block_az_errors():
@@ -205,7 +346,9 @@ def test_block_dates_are_utc_and_optional_for_parsing():
     raw = valid_raw()
     raw["capacity"]["capacity_blocks"][0]["start"] = "2026-12-01T12:30:00+01:00"
     block = parse_config(raw).capacity.capacity_blocks[0]
-    assert block.start.isoformat() == "2026-12-01T11:30:00+00:00" and block.end.isoformat() == "2026-12-08T11:30:00+00:00"
+    assert (
+        block.start.isoformat() == "2026-12-01T11:30:00+00:00" and block.end.isoformat() == "2026-12-08T11:30:00+00:00"
+    )
     # The renderer and the local cluster parse configs without dates; deploying needs them
     # (model/deploy.py, tests/test_lifecycle.py).
     for key in ("start", "end"):

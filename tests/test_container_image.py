@@ -43,8 +43,12 @@ def env(tmp_path: Path) -> dict[str, str]:
     (fakebin / "enroot").chmod(0o755)
     images = tmp_path / "fsx" / "images"
     images.mkdir(parents=True)
-    return dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", ENROOT_LOG=str(tmp_path / "enroot.log"),
-                GPU_CLUSTER_IMAGE_DIR=str(images))
+    return dict(
+        os.environ,
+        PATH=f"{fakebin}:{os.environ['PATH']}",
+        ENROOT_LOG=str(tmp_path / "enroot.log"),
+        GPU_CLUSTER_IMAGE_DIR=str(images),
+    )
 
 
 def _tool(env: dict[str, str], image: str) -> subprocess.CompletedProcess:
@@ -64,7 +68,9 @@ def test_concurrent_jobs_import_the_image_once(tmp_path, env):
     for r in results:
         assert (r.returncode, r.stdout) == (0, out + "\n"), r.stderr
     # Enroot's URI form: the registry host before '#'.
-    assert _enroot_calls(tmp_path) == [f"enroot import -o {out}.partial.{_pid_of(tmp_path)} docker://nvcr.io#nvidia/pytorch:24.07-py3"]
+    assert _enroot_calls(tmp_path) == [
+        f"enroot import -o {out}.partial.{_pid_of(tmp_path)} docker://nvcr.io#nvidia/pytorch:24.07-py3"
+    ]
     assert Path(out).read_text() == "squash of docker://nvcr.io#nvidia/pytorch:24.07-py3\n"
     assert sorted(p.name for p in (tmp_path / "fsx" / "images").iterdir()) == [f".{SQSH_NAME}.lock", SQSH_NAME]
     # Later jobs: no import at all.
@@ -78,12 +84,15 @@ def _pid_of(tmp_path: Path) -> str:
     return line.split(".partial.", 1)[1].split()[0]
 
 
-@pytest.mark.parametrize("image,uri,name", [
-    ("docker://nvcr.io#nvidia/pytorch:24.07-py3", "docker://nvcr.io#nvidia/pytorch:24.07-py3", SQSH_NAME),
-    ("ubuntu:24.04", "docker://ubuntu:24.04", "ubuntu+24.04.sqsh"),
-    ("library/ubuntu@sha256:abc", "docker://library/ubuntu@sha256:abc", "library+ubuntu+sha256+abc.sqsh"),
-    ("localhost:5000/team/img:1", "docker://localhost:5000#team/img:1", "localhost+5000+team+img+1.sqsh"),
-])
+@pytest.mark.parametrize(
+    "image,uri,name",
+    [
+        ("docker://nvcr.io#nvidia/pytorch:24.07-py3", "docker://nvcr.io#nvidia/pytorch:24.07-py3", SQSH_NAME),
+        ("ubuntu:24.04", "docker://ubuntu:24.04", "ubuntu+24.04.sqsh"),
+        ("library/ubuntu@sha256:abc", "docker://library/ubuntu@sha256:abc", "library+ubuntu+sha256+abc.sqsh"),
+        ("localhost:5000/team/img:1", "docker://localhost:5000#team/img:1", "localhost+5000+team+img+1.sqsh"),
+    ],
+)
 def test_registry_references_become_enroot_uris(tmp_path, env, image, uri, name):
     r = _tool(env, image)
     assert r.returncode == 0, r.stderr
@@ -122,11 +131,17 @@ def _gate_tree(tmp_path: Path, image: str) -> Path:
     return base
 
 
-def _run_gate(tmp_path: Path, env: dict[str, str], base: Path, nodes: int = 2,
-              down: str = "") -> tuple[subprocess.CompletedProcess, dict]:
+def _run_gate(
+    tmp_path: Path, env: dict[str, str], base: Path, nodes: int = 2, down: str = ""
+) -> tuple[subprocess.CompletedProcess, dict]:
     fakebin = tmp_path / "bin"
-    for name, body in (("srun", FAKE_GPU_SRUN), ("scontrol", FAKE_GPU_SCONTROL), ("sinfo", FAKE_SINFO),
-                       ("nvidia-smi", "#!/bin/sh\nexit 0\n"), ("fi_pingpong", "#!/bin/sh\nexit 0\n")):
+    for name, body in (
+        ("srun", FAKE_GPU_SRUN),
+        ("scontrol", FAKE_GPU_SCONTROL),
+        ("sinfo", FAKE_SINFO),
+        ("nvidia-smi", "#!/bin/sh\nexit 0\n"),
+        ("fi_pingpong", "#!/bin/sh\nexit 0\n"),
+    ):
         (fakebin / name).write_text(body)
         (fakebin / name).chmod(0o755)
     d = tmp_path / "usr" / "cuda-12.8" / "efa" / "test-cuda-12.8"
@@ -135,12 +150,21 @@ def _run_gate(tmp_path: Path, env: dict[str, str], base: Path, nodes: int = 2,
         (d / exe).write_text("")
         (d / exe).chmod(0o755)
     # two nodes are one pair: enough for the image steps, and each gate run stays short
-    env = dict(env, SLURM_JOB_ID="7", SLURM_JOB_NODELIST=f"n[1-{nodes}]",
-               FAKE_NODES=" ".join(f"n{i}" for i in range(1, nodes + 1)), FAKE_BAD="", FAKE_LOG=str(tmp_path / "calls.log"),
-               DATA=str(DATA), VALIDATION_CUDA_ROOT=str(tmp_path / "usr"), VALIDATION_PINGPONG_SERVER_WAIT="0",
-               FAKE_CONTAINER_DOWN=down)
-    proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = dict(
+        env,
+        SLURM_JOB_ID="7",
+        SLURM_JOB_NODELIST=f"n[1-{nodes}]",
+        FAKE_NODES=" ".join(f"n{i}" for i in range(1, nodes + 1)),
+        FAKE_BAD="",
+        FAKE_LOG=str(tmp_path / "calls.log"),
+        DATA=str(DATA),
+        VALIDATION_CUDA_ROOT=str(tmp_path / "usr"),
+        VALIDATION_PINGPONG_SERVER_WAIT="0",
+        FAKE_CONTAINER_DOWN=down,
+    )
+    proc = subprocess.run(
+        ["bash", str(base / "validation" / "gate.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
     root = tmp_path / "fsx" / ".gpu-cluster" / "demo" / "validation"
     report = json.loads((root / (root / "latest").read_text().strip() / "report.json").read_text())
     return proc, report
@@ -152,15 +176,23 @@ def _container_sruns(tmp_path: Path) -> list[str]:
 
 def test_gate_imports_a_registry_image_once_and_runs_the_squash_file_by_name(tmp_path, env):
     proc, report = _run_gate(tmp_path, env, _gate_tree(tmp_path, IMAGE))
-    torch = [(r["step"], r["verdict"]) for r in report["steps"] if r["step"] == "container" or r["step"].startswith("torch")]
-    assert torch == [("container", "GO"), ("torch_all_reduce", "GO"), ("torch_all_to_all", "GO")], proc.stdout + proc.stderr
+    torch = [
+        (r["step"], r["verdict"]) for r in report["steps"] if r["step"] == "container" or r["step"].startswith("torch")
+    ]
+    assert torch == [("container", "GO"), ("torch_all_reduce", "GO"), ("torch_all_to_all", "GO")], (
+        proc.stdout + proc.stderr
+    )
     sqsh = f"{tmp_path}/fsx/images/{SQSH_NAME}"
     # one import for both the container step and the torch steps
-    assert len(_enroot_calls(tmp_path)) == 1 and _enroot_calls(tmp_path)[0].startswith(f"enroot import -o {sqsh}.partial.")
+    assert len(_enroot_calls(tmp_path)) == 1 and _enroot_calls(tmp_path)[0].startswith(
+        f"enroot import -o {sqsh}.partial."
+    )
     sruns = _container_sruns(tmp_path)
     assert len(sruns) == 3
-    assert sruns[0] == (f"srun -N 2 --ntasks-per-node=1 --container-image={sqsh} --container-name=gpu-cluster-validation-7 "
-                        '--container-mounts=/fsx:/fsx sh -c echo "container-ok $(hostname -s)"')
+    assert sruns[0] == (
+        f"srun -N 2 --ntasks-per-node=1 --container-image={sqsh} --container-name=gpu-cluster-validation-7 "
+        '--container-mounts=/fsx:/fsx sh -c echo "container-ok $(hostname -s)"'
+    )
     for line in sruns:
         # never the registry reference (a pull per node and step), always the file, by name
         assert f"--container-image={sqsh} " in line and "--container-name=gpu-cluster-validation-7 " in line
@@ -193,15 +225,26 @@ def test_gate_reports_a_failed_import_as_the_reason(tmp_path, env):
     torch = [r for r in report["steps"] if r["step"] == "container" or r["step"].startswith("torch")]
     assert [(r["step"], r["verdict"]) for r in torch] == [("container", "SKIPPED"), ("torch_all_reduce", "SKIPPED")]
     for r in torch:
-        assert r["reasons"][0].startswith(f"cannot import {IMAGE} into a squash file on /fsx: gpu-cluster-image: enroot import")
+        assert r["reasons"][0].startswith(
+            f"cannot import {IMAGE} into a squash file on /fsx: gpu-cluster-image: enroot import"
+        )
     assert _container_sruns(tmp_path) == []
 
 
 def test_train_template_imports_once_and_names_its_container(tmp_path, env):
     """The users' multi-node template goes through the same helper."""
     from userdata import templating
-    text = templating.render("boot/jobs/train-multinode.sbatch.j2", header="test", instance_type="p5.48xlarge",
-                             partition="train", gpus=8, tasks_per_node=8, cpus_per_task=24, job_dir="/fsx/jobs")
+
+    text = templating.render(
+        "boot/jobs/train-multinode.sbatch.j2",
+        header="test",
+        instance_type="p5.48xlarge",
+        partition="train",
+        gpus=8,
+        tasks_per_node=8,
+        cpus_per_task=24,
+        job_dir="/fsx/jobs",
+    )
     assert "/opt/gpu-cluster/bin/gpu-cluster-image" in text
     job = tmp_path / "train.sbatch"
     job.write_text(text.replace("/opt/gpu-cluster/bin/gpu-cluster-image", str(TOOL)))
@@ -210,8 +253,13 @@ def test_train_template_imports_once_and_names_its_container(tmp_path, env):
     (fakebin / "scontrol").write_text("#!/bin/sh\necho n1; echo n2\n")
     for f in ("srun", "scontrol"):
         (fakebin / f).chmod(0o755)
-    r = subprocess.run(["bash", str(job), "python", "train.py"], capture_output=True, text=True, timeout=60,
-                       env=dict(env, IMAGE=IMAGE, SLURM_JOB_ID="9", SLURM_JOB_NODELIST="n[1-2]"))
+    r = subprocess.run(
+        ["bash", str(job), "python", "train.py"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(env, IMAGE=IMAGE, SLURM_JOB_ID="9", SLURM_JOB_NODELIST="n[1-2]"),
+    )
     assert r.returncode == 0, r.stderr
     sqsh = f"{tmp_path}/fsx/images/{SQSH_NAME}"
     assert len(_enroot_calls(tmp_path)) == 1

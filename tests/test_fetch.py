@@ -52,8 +52,13 @@ def _bin(tmp_path: Path, tools: tuple[str, ...], extra: dict[str, str] | None = 
 def _fetch(bindir: Path, uri: str, sha: str, dest: Path, **env: str) -> tuple[subprocess.CompletedProcess, float]:
     dest.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    r = subprocess.run([str(FETCH), uri, sha, str(dest)], capture_output=True, text=True, timeout=30,
-                       env={"PATH": str(bindir), "HOME": str(dest), **env})
+    r = subprocess.run(
+        [str(FETCH), uri, sha, str(dest)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": str(bindir), "HOME": str(dest), **env},
+    )
     return r, time.monotonic() - t0
 
 
@@ -78,7 +83,9 @@ def test_s3_without_the_aws_cli_fails_at_once_naming_it(tmp_path):
     assert "install the AWS CLI in the image (the Deep Learning AMI has it)" in r.stderr
     st = _status(tmp_path / "root")
     assert (st["step"], st["state"]) == ("payload", "failed")
-    assert st["reason"].startswith("cannot fetch s3://bucket/gpu-cluster/payload.tar.gz: the AWS CLI (aws) is not installed")
+    assert st["reason"].startswith(
+        "cannot fetch s3://bucket/gpu-cluster/payload.tar.gz: the AWS CLI (aws) is not installed"
+    )
 
 
 def test_s3_without_curl_names_curl(tmp_path):

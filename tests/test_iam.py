@@ -20,6 +20,7 @@ def _run(payload_arn=None):
     def program():
         ident = NodeIdentity("c1", NodeIdentityArgs(cluster_name="c1", payload_object_arn=payload_arn, tags=TAGS))
         return pulumi.Output.all(ident.role_name, ident.instance_profile_name, ident.instance_profile_arn)
+
     return run_component(program)
 
 
@@ -28,8 +29,9 @@ def test_role_profile_and_ssm_only():
     assert run.custom() == [(PROFILE, "c1-profile"), (ROLE, "c1-role"), (ATTACH, "c1-ssm")]
     role = run.inputs(ROLE, "c1-role")
     assume = json.loads(role["assumeRolePolicy"])
-    assert assume["Statement"] == [{"Action": "sts:AssumeRole", "Effect": "Allow",
-                                    "Principal": {"Service": "ec2.amazonaws.com"}}]
+    assert assume["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}}
+    ]
     assert "managedPolicyArns" not in role and "inlinePolicies" not in role
     assert role["tags"] == TAGS
     role_name, profile_name, profile_arn = run.value

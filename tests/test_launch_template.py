@@ -20,13 +20,23 @@ USER_DATA = base64.b64encode(b"#!/bin/sh\n").decode()
 
 def _run(instance_type="p5.48xlarge", capacity_blocks=True, placement_group=False):
     def program():
-        lt = NodeLaunchTemplate("c1", NodeLaunchTemplateArgs(
-            cluster_name="c1", spec=CATALOG[instance_type],
-            image_id="resolve:ssm:/aws/service/x", security_group_id="sg-0abc",
-            instance_profile_arn="arn:aws:iam::123456789012:instance-profile/p",
-            user_data_base64=USER_DATA, root_volume=RootVolumeConfig(size_gib=700),
-            capacity_blocks=capacity_blocks, placement_group=placement_group, tags=TAGS))
+        lt = NodeLaunchTemplate(
+            "c1",
+            NodeLaunchTemplateArgs(
+                cluster_name="c1",
+                spec=CATALOG[instance_type],
+                image_id="resolve:ssm:/aws/service/x",
+                security_group_id="sg-0abc",
+                instance_profile_arn="arn:aws:iam::123456789012:instance-profile/p",
+                user_data_base64=USER_DATA,
+                root_volume=RootVolumeConfig(size_gib=700),
+                capacity_blocks=capacity_blocks,
+                placement_group=placement_group,
+                tags=TAGS,
+            ),
+        )
         return pulumi.Output.all(lt.launch_template_id, lt.latest_version)
+
     return run_component(program)
 
 
@@ -50,7 +60,8 @@ def test_p5_interfaces(block_lt):
     nis = block_lt.inputs(LT, "c1-lt")["networkInterfaces"]
     assert len(nis) == 33
     assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nis] == (
-        [(0, 0, "interface"), (0, 1, "efa-only")] + [(c, 0, "efa-only") for c in range(1, 32)])
+        [(0, 0, "interface"), (0, 1, "efa-only")] + [(c, 0, "efa-only") for c in range(1, 32)]
+    )
     for n in nis:
         assert n["securityGroups"] == ["sg-0abc"]
         assert n["deleteOnTermination"] == "true"
@@ -66,15 +77,30 @@ def test_no_instance_level_groups_or_ssh_key(block_lt):
 
 def test_metadata_volume_profile_user_data(block_lt):
     lt = block_lt.inputs(LT, "c1-lt")
-    assert lt["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
-                                     "httpPutResponseHopLimit": 2, "instanceMetadataTags": "enabled"}
-    assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/sda1", "ebs": {
-        "volumeType": "gp3", "volumeSize": 700, "iops": 3000, "throughput": 250,
-        "encrypted": "true", "deleteOnTermination": "true"}}]
+    assert lt["metadataOptions"] == {
+        "httpEndpoint": "enabled",
+        "httpTokens": "required",
+        "httpPutResponseHopLimit": 2,
+        "instanceMetadataTags": "enabled",
+    }
+    assert lt["blockDeviceMappings"] == [
+        {
+            "deviceName": "/dev/sda1",
+            "ebs": {
+                "volumeType": "gp3",
+                "volumeSize": 700,
+                "iops": 3000,
+                "throughput": 250,
+                "encrypted": "true",
+                "deleteOnTermination": "true",
+            },
+        }
+    ]
     assert lt["iamInstanceProfile"] == {"arn": "arn:aws:iam::123456789012:instance-profile/p"}
     assert lt["userData"] == USER_DATA
-    assert lt["tagSpecifications"] == [{"resourceType": t, "tags": TAGS}
-                                       for t in ("instance", "volume", "network-interface")]
+    assert lt["tagSpecifications"] == [
+        {"resourceType": t, "tags": TAGS} for t in ("instance", "volume", "network-interface")
+    ]
 
 
 def test_capacity_block_market_type(block_lt):
@@ -101,9 +127,17 @@ def test_block_with_placement_group_is_refused():
         _run(placement_group=True)
 
 
-@pytest.mark.parametrize("instance_type,total", [
-    ("p4d.24xlarge", 5), ("p4de.24xlarge", 5), ("p5.48xlarge", 33),
-    ("p5e.48xlarge", 33), ("p5en.48xlarge", 17), ("p6-b200.48xlarge", 9)])
+@pytest.mark.parametrize(
+    "instance_type,total",
+    [
+        ("p4d.24xlarge", 5),
+        ("p4de.24xlarge", 5),
+        ("p5.48xlarge", 33),
+        ("p5e.48xlarge", 33),
+        ("p5en.48xlarge", 17),
+        ("p6-b200.48xlarge", 9),
+    ],
+)
 def test_every_catalog_type_declares_its_layout(instance_type, total):
     nis = _run(instance_type).inputs(LT, "c1-lt")["networkInterfaces"]
     assert len(nis) == total
@@ -116,6 +150,7 @@ def test_image_id_pinned_or_explicitly_unpinned():
     raw = valid_raw()
     raw["image"] = {"allow_unpinned": True}  # the program refuses an unpinned image without it
     assert image_id(parse_config(raw)) == (
-        "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id")
+        "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
+    )
     raw["image"] = {"ami_id": "ami-0123456789abcdef0"}
     assert image_id(parse_config(raw)) == "ami-0123456789abcdef0"

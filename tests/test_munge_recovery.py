@@ -30,8 +30,10 @@ BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot
 pytestmark = [
     pytest.mark.slurm,  # needs Debian's munge and root, like the other daemon tests
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespaces, munged)"),
-    pytest.mark.skipif(shutil.which("munged") is None and not Path("/usr/sbin/munged").exists(),
-                       reason="munge is not installed (apt-get install munge)"),
+    pytest.mark.skipif(
+        shutil.which("munged") is None and not Path("/usr/sbin/munged").exists(),
+        reason="munge is not installed (apt-get install munge)",
+    ),
 ]
 
 RECOVERY_WAIT = 10
@@ -79,20 +81,37 @@ printf "INSTANCE_ID='i-0{name}'\\nNODE_NAME='{name}'\\nNODE_ROLE='{role}'\\nNODE
             "MUNGE_KEY=/etc/munge/munge.key\n"
             f"MUNGE_JOIN_TIMEOUT={JOIN_TIMEOUT}\nMUNGE_KEY_RECOVERY_WAIT={recovery_wait}\n"
             "MUNGE_CONTROLLER_INTERVAL=1\nMUNGE_WORKER_INTERVAL=1\nMUNGE_WORKER_MIN_AGE=2\n"
-            "NODE_REAP_GRACE=1800\n")
+            "NODE_REAP_GRACE=1800\n"
+        )
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_CLUSTER", "AWS_EC2", "SLURM"))}
-        env.update(GPU_CLUSTER_HOME=str(self.home), GPU_CLUSTER_ETC=str(self.etc),
-                   GPU_CLUSTER_STATE=str(self.state), GPU_CLUSTER_RUN=str(self.run_dir),
-                   GPU_CLUSTER_LOG_DIR=str(self.log_dir), GPU_CLUSTER_SERVICE_MANAGER="direct",
-                   GPU_CLUSTER_PACKAGES="preinstalled", GC_WAIT_INTERVAL="1", FSX=str(self.fsx))
+        env.update(
+            GPU_CLUSTER_HOME=str(self.home),
+            GPU_CLUSTER_ETC=str(self.etc),
+            GPU_CLUSTER_STATE=str(self.state),
+            GPU_CLUSTER_RUN=str(self.run_dir),
+            GPU_CLUSTER_LOG_DIR=str(self.log_dir),
+            GPU_CLUSTER_SERVICE_MANAGER="direct",
+            GPU_CLUSTER_PACKAGES="preinstalled",
+            GC_WAIT_INTERVAL="1",
+            FSX=str(self.fsx),
+        )
         return env
 
     def boot(self) -> subprocess.Popen:
         """The whole entry point, in a fresh mount namespace (a new instance)."""
-        cmd = ["unshare", "--mount", "--propagation", "private", "bash", "-c", NS_SETUP, "node",
-               str(self.home / "bin" / "gpu-cluster-boot")]
+        cmd = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            NS_SETUP,
+            "node",
+            str(self.home / "bin" / "gpu-cluster-boot"),
+        ]
         return subprocess.Popen(cmd, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def pid(self, service: str) -> int | None:
@@ -110,14 +129,21 @@ printf "INSTANCE_ID='i-0{name}'\\nNODE_NAME='{name}'\\nNODE_ROLE='{role}'\\nNODE
         """Run a command in this node's mount namespace (entered through its munged)."""
         pid = self.pid("munge")
         assert pid, f"{self.name}: munged is not running"
-        return subprocess.run(["nsenter", "-t", str(pid), "-m", "--", *argv], input=input, env=self.env(),
-                              capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            ["nsenter", "-t", str(pid), "-m", "--", *argv],
+            input=input,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
     def key(self) -> bytes:
         pid = self.pid("munge")
         assert pid, f"{self.name}: munged is not running"
-        r = subprocess.run(["nsenter", "-t", str(pid), "-m", "--", "cat", "/etc/munge/munge.key"],
-                           capture_output=True, timeout=30)
+        r = subprocess.run(
+            ["nsenter", "-t", str(pid), "-m", "--", "cat", "/etc/munge/munge.key"], capture_output=True, timeout=30
+        )
         assert r.returncode == 0, r.stderr
         return r.stdout
 
@@ -133,9 +159,12 @@ printf "INSTANCE_ID='i-0{name}'\\nNODE_NAME='{name}'\\nNODE_ROLE='{role}'\\nNODE
         """Start the responder again in this node's namespace (as systemd's Restart would)."""
         pid = self.pid("munge")
         assert pid
-        p = subprocess.Popen(["nsenter", "-t", str(pid), "-m", "--", "setsid",
-                              str(self.home / "lib" / "munge-responder.sh")], env=self.env(),
-                             stdout=open(self.root / "responder.out", "wb"), stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            ["nsenter", "-t", str(pid), "-m", "--", "setsid", str(self.home / "lib" / "munge-responder.sh")],
+            env=self.env(),
+            stdout=open(self.root / "responder.out", "wb"),
+            stderr=subprocess.STDOUT,
+        )
         self.extra_pids.append(p.pid)
         (self.run_dir / "gpu-cluster-munge-responder.pid").write_text(f"{p.pid}\n")
 
@@ -226,8 +255,9 @@ def test_whole_cluster_relaunch_rotates_the_key_and_the_cut_off_holder_rejoins(n
     assert rc_ctl == 0, ctl.log()[-3000:]
     assert rc_w == 0, w.log()[-3000:]
     assert took < JOIN_TIMEOUT, f"took {took:.0f}s: someone waited for the join timeout"
-    assert (f"no node holding the cluster's munge key answered within {RECOVERY_WAIT}s: "
-            "making a new key (generation 2)") in ctl.log()
+    assert (
+        f"no node holding the cluster's munge key answered within {RECOVERY_WAIT}s: making a new key (generation 2)"
+    ) in ctl.log()
     k2 = ctl.key()
     assert k2 != k1 and w.key() == k2
     assert (fsx_munge / "key.sha256").read_text().strip() == hashlib.sha256(k2).hexdigest()

@@ -14,18 +14,32 @@ TAGS = {"GpuClusterName": "c1", "team": "ml"}
 @pytest.fixture(scope="module")
 def created():
     def program():
-        net = Network("c1", NetworkArgs(cluster_name="c1", availability_zone="us-east-2b",
-                                        vpc_cidr="10.40.0.0/16", region="us-east-2", tags=TAGS))
+        net = Network(
+            "c1",
+            NetworkArgs(
+                cluster_name="c1",
+                availability_zone="us-east-2b",
+                vpc_cidr="10.40.0.0/16",
+                region="us-east-2",
+                tags=TAGS,
+            ),
+        )
         return pulumi.Output.all(net.vpc_id, net.subnet_id)
+
     return run_component(program)
 
 
 @pytest.fixture(scope="module")
 def existing():
     def program():
-        net = Network("c1", NetworkArgs(cluster_name="c1", availability_zone="us-east-2b",
-                                        subnet_id="subnet-0a1b2c3d4e5f60718", tags=TAGS))
+        net = Network(
+            "c1",
+            NetworkArgs(
+                cluster_name="c1", availability_zone="us-east-2b", subnet_id="subnet-0a1b2c3d4e5f60718", tags=TAGS
+            ),
+        )
         return pulumi.Output.all(net.vpc_id, net.subnet_id)
+
     return run_component(program, subnet_az="us-east-2b")
 
 
@@ -76,7 +90,10 @@ def test_created_vpc_outputs_private_subnet(created):
     assert vpc_id.startswith("vpc-")
     private = [r for r in created.of_type("aws:ec2/subnet:Subnet") if r["name"] == "c1-private"]
     assert private and subnet_id.startswith("subnet-")
-    assert created.inputs("aws:ec2/routeTableAssociation:RouteTableAssociation", "c1-private-assoc")["subnetId"] == subnet_id
+    assert (
+        created.inputs("aws:ec2/routeTableAssociation:RouteTableAssociation", "c1-private-assoc")["subnetId"]
+        == subnet_id
+    )
 
 
 def test_existing_subnet_declares_nothing(existing):
@@ -88,6 +105,7 @@ def test_existing_subnet_declares_nothing(existing):
 def test_subnet_in_other_az_is_reported():
     def program():
         return {"problems": check_existing_subnet("subnet-0a1b2c3d4e5f60718", "us-east-2b")}
+
     run = run_component(program, subnet_az="us-east-2a")
     [(path, message)] = run.value["problems"]
     assert path == "gpu-cluster:cluster.network.subnet_id"
@@ -95,14 +113,18 @@ def test_subnet_in_other_az_is_reported():
 
 
 def test_subnet_in_same_az_passes():
-    run = run_component(lambda: {"problems": check_existing_subnet("subnet-0a1b2c3d4e5f60718", "us-east-2b")},
-                        subnet_az="us-east-2b")
+    run = run_component(
+        lambda: {"problems": check_existing_subnet("subnet-0a1b2c3d4e5f60718", "us-east-2b")}, subnet_az="us-east-2b"
+    )
     assert run.value["problems"] == []
 
 
-@pytest.mark.parametrize("cidr,private,public", [
-    ("10.0.0.0/16", "10.0.0.0/18", "10.0.64.0/18"),
-    ("172.16.8.0/24", "172.16.8.0/26", "172.16.8.64/26"),
-])
+@pytest.mark.parametrize(
+    "cidr,private,public",
+    [
+        ("10.0.0.0/16", "10.0.0.0/18", "10.0.64.0/18"),
+        ("172.16.8.0/24", "172.16.8.0/26", "172.16.8.64/26"),
+    ],
+)
 def test_split_vpc_cidr(cidr, private, public):
     assert split_vpc_cidr(cidr) == (private, public)

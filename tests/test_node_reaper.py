@@ -34,8 +34,9 @@ REAPER = Path(__file__).resolve().parent.parent / "userdata/templates/boot/lib/n
 
 def _reap(cluster: SlurmTestCluster, grace: int) -> str:
     script = f'. "{REAPER}"; reap_stale_nodes {grace}'
-    return subprocess.run(["bash", "-c", script], env=cluster.env, capture_output=True, text=True,
-                          check=True, timeout=30).stdout
+    return subprocess.run(
+        ["bash", "-c", script], env=cluster.env, capture_output=True, text=True, check=True, timeout=30
+    ).stdout
 
 
 def _nodes(cluster: SlurmTestCluster) -> set[str]:
@@ -48,15 +49,19 @@ def cluster(tmp_path):
     layout = SlurmLayout(tmp_path)
     spec = host_profile_spec()
     files = sc.render_slurm_files("reaper", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
-        "CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8})
+    conf = fill_placeholders(
+        files[node_layout.SLURM_CONF_TEMPLATE],
+        {"CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8},
+    )
     c = SlurmTestCluster(layout)
-    c.write_configs({
-        "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
-        "cgroup.conf": files["/etc/slurm/cgroup.conf"],
-        "gres.conf": files["/etc/slurm/gres.conf"],
-        "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
-    })
+    c.write_configs(
+        {
+            "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
+            "cgroup.conf": files["/etc/slurm/cgroup.conf"],
+            "gres.conf": files["/etc/slurm/gres.conf"],
+            "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
+        }
+    )
     c.start_munged()
     c.start_slurmctld()
     line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})

@@ -18,19 +18,31 @@ from ops.cluster import cluster_groups
 from ops.facts import describe_blocks
 from tests.ops_stubs import Aws, context, fake_client
 
-EC2_THROTTLED = (503, b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded."
-                      b"</Message></Error></Errors><RequestID>r1</RequestID></Response>")
-EC2_OK = (200, b'<DescribeCapacityReservationsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
-               b"<requestId>r2</requestId><capacityReservationSet><item>"
-               b"<capacityReservationId>cr-0123456789abcdef0</capacityReservationId><state>active</state>"
-               b"<instanceType>p5.48xlarge</instanceType><availabilityZone>us-east-2b</availabilityZone>"
-               b"<totalInstanceCount>2</totalInstanceCount><reservationType>capacity-block</reservationType>"
-               b"</item></capacityReservationSet></DescribeCapacityReservationsResponse>")
-ASG_THROTTLED = (400, b"<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded"
-                      b"</Message></Error><RequestId>r3</RequestId></ErrorResponse>")
-ASG_OK = (200, b'<DescribeAutoScalingGroupsResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">'
-               b"<DescribeAutoScalingGroupsResult><AutoScalingGroups/></DescribeAutoScalingGroupsResult>"
-               b"<ResponseMetadata><RequestId>r4</RequestId></ResponseMetadata></DescribeAutoScalingGroupsResponse>")
+EC2_THROTTLED = (
+    503,
+    b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded."
+    b"</Message></Error></Errors><RequestID>r1</RequestID></Response>",
+)
+EC2_OK = (
+    200,
+    b'<DescribeCapacityReservationsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+    b"<requestId>r2</requestId><capacityReservationSet><item>"
+    b"<capacityReservationId>cr-0123456789abcdef0</capacityReservationId><state>active</state>"
+    b"<instanceType>p5.48xlarge</instanceType><availabilityZone>us-east-2b</availabilityZone>"
+    b"<totalInstanceCount>2</totalInstanceCount><reservationType>capacity-block</reservationType>"
+    b"</item></capacityReservationSet></DescribeCapacityReservationsResponse>",
+)
+ASG_THROTTLED = (
+    400,
+    b"<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded"
+    b"</Message></Error><RequestId>r3</RequestId></ErrorResponse>",
+)
+ASG_OK = (
+    200,
+    b'<DescribeAutoScalingGroupsResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">'
+    b"<DescribeAutoScalingGroupsResult><AutoScalingGroups/></DescribeAutoScalingGroupsResult>"
+    b"<ResponseMetadata><RequestId>r4</RequestId></ResponseMetadata></DescribeAutoScalingGroupsResponse>",
+)
 
 
 class _Raw:
@@ -85,25 +97,43 @@ def test_still_throttled_after_every_attempt_is_one_clear_line(no_backoff):
     ec2 = fake_client("ec2", "us-east-2")
     sent = http_replies(ec2, "before-send.ec2.DescribeCapacityReservations", [EC2_THROTTLED] * 8)
     with pytest.raises(OpsError) as err:
-        call(ec2, "describe_capacity_reservations", "reading the Capacity Blocks", CapacityReservationIds=["cr-0123456789abcdef0"])
+        call(
+            ec2,
+            "describe_capacity_reservations",
+            "reading the Capacity Blocks",
+            CapacityReservationIds=["cr-0123456789abcdef0"],
+        )
     assert len(sent) == 8  # RETRY_CONFIG: standard mode, 8 attempts
-    assert str(err.value) == ("reading the Capacity Blocks: DescribeCapacityReservations still throttled after "
-                              "retries; wait a minute and run again")
+    assert str(err.value) == (
+        "reading the Capacity Blocks: DescribeCapacityReservations still throttled after "
+        "retries; wait a minute and run again"
+    )
 
 
 def err(code: str, message: str, op: str) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": message}}, op)
 
 
-@pytest.mark.parametrize("error, expected", [
-    (err("AccessDeniedException", "User: x is not authorized", "GetServiceQuota"),
-     "reading: access denied to GetServiceQuota; grant it to your AWS identity (User: x is not authorized)"),
-    (err("UnauthorizedOperation", "", "DescribeInstances"),
-     "reading: access denied to DescribeInstances; grant it to your AWS identity"),
-    (err("InvalidInstanceID.NotFound", "The instance ID 'i-1' does not exist", "DescribeInstances"),
-     "reading: InvalidInstanceID.NotFound: The instance ID 'i-1' does not exist"),
-    (err("InsufficientInstanceCapacity", "no capacity", "PurchaseCapacityBlock"),
-     "reading: PurchaseCapacityBlock failed: InsufficientInstanceCapacity: no capacity"),
-])
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (
+            err("AccessDeniedException", "User: x is not authorized", "GetServiceQuota"),
+            "reading: access denied to GetServiceQuota; grant it to your AWS identity (User: x is not authorized)",
+        ),
+        (
+            err("UnauthorizedOperation", "", "DescribeInstances"),
+            "reading: access denied to DescribeInstances; grant it to your AWS identity",
+        ),
+        (
+            err("InvalidInstanceID.NotFound", "The instance ID 'i-1' does not exist", "DescribeInstances"),
+            "reading: InvalidInstanceID.NotFound: The instance ID 'i-1' does not exist",
+        ),
+        (
+            err("InsufficientInstanceCapacity", "no capacity", "PurchaseCapacityBlock"),
+            "reading: PurchaseCapacityBlock failed: InsufficientInstanceCapacity: no capacity",
+        ),
+    ],
+)
 def test_error_lines(error, expected):
     assert describe_error(error, "reading") == expected

@@ -3,31 +3,62 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ops.cli import main
 from tests.ops_stubs import Aws, context
 
 OFF1, OFF2 = "cb-0123456789abcdef0", "cb-0fedcba9876543210"
-START = datetime(2026, 12, 8, 11, 30, tzinfo=timezone.utc)
-END = datetime(2026, 12, 15, 11, 30, tzinfo=timezone.utc)
-ARGS = ["find-blocks", "--instance-type", "p5.48xlarge", "--count", "4", "--days", "7", "--earliest", "2026-12-05",
-        "--region", "us-east-2"]
-EXPECTED = {"InstanceType": "p5.48xlarge", "InstanceCount": 4, "CapacityDurationHours": 168,
-            "StartDateRange": datetime(2026, 12, 5, tzinfo=timezone.utc)}
+START = datetime(2026, 12, 8, 11, 30, tzinfo=UTC)
+END = datetime(2026, 12, 15, 11, 30, tzinfo=UTC)
+ARGS = [
+    "find-blocks",
+    "--instance-type",
+    "p5.48xlarge",
+    "--count",
+    "4",
+    "--days",
+    "7",
+    "--earliest",
+    "2026-12-05",
+    "--region",
+    "us-east-2",
+]
+EXPECTED = {
+    "InstanceType": "p5.48xlarge",
+    "InstanceCount": 4,
+    "CapacityDurationHours": 168,
+    "StartDateRange": datetime(2026, 12, 5, tzinfo=UTC),
+}
 
 
 def offering(oid: str, start: datetime, end: datetime, az: str, fee: str) -> dict:
-    return {"CapacityBlockOfferingId": oid, "InstanceType": "p5.48xlarge", "AvailabilityZone": az, "InstanceCount": 4,
-            "StartDate": start, "EndDate": end, "CapacityBlockDurationHours": 168, "UpfrontFee": fee,
-            "CurrencyCode": "USD", "Tenancy": "default"}
+    return {
+        "CapacityBlockOfferingId": oid,
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": az,
+        "InstanceCount": 4,
+        "StartDate": start,
+        "EndDate": end,
+        "CapacityBlockDurationHours": 168,
+        "UpfrontFee": fee,
+        "CurrencyCode": "USD",
+        "Tenancy": "default",
+    }
 
 
 def stub_offerings(aws: Aws) -> None:
-    later = datetime(2026, 12, 9, 11, 30, tzinfo=timezone.utc), datetime(2026, 12, 16, 11, 30, tzinfo=timezone.utc)
-    aws.stub("ec2").add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [
-        offering(OFF2, *later, "us-east-2a", "41000.00"), offering(OFF1, START, END, "us-east-2b", "42336.00")]},
-        EXPECTED)
+    later = datetime(2026, 12, 9, 11, 30, tzinfo=UTC), datetime(2026, 12, 16, 11, 30, tzinfo=UTC)
+    aws.stub("ec2").add_response(
+        "describe_capacity_block_offerings",
+        {
+            "CapacityBlockOfferings": [
+                offering(OFF2, *later, "us-east-2a", "41000.00"),
+                offering(OFF1, START, END, "us-east-2b", "42336.00"),
+            ]
+        },
+        EXPECTED,
+    )
 
 
 def run(aws: Aws, *extra: str, answers=None, interactive=False):
@@ -58,7 +89,8 @@ def test_offerings_table_and_exact_snippet():
         "    end: '2026-12-15T11:30:00Z'\n"
         "\n"
         "Buy it with --purchase cb-0123456789abcdef0. A Capacity Block purchase cannot be cancelled or refunded: you "
-        "pay the whole upfront fee even if you never launch an instance.\n")
+        "pay the whole upfront fee even if you never launch an instance.\n"
+    )
 
 
 def test_show_picks_the_snippet_and_json_lists_all():
@@ -69,26 +101,41 @@ def test_show_picks_the_snippet_and_json_lists_all():
     assert rc == 0
     assert [o["offering_id"] for o in doc["offerings"]] == [OFF1, OFF2]
     assert doc["chosen"]["offering_id"] == OFF2 and doc["chosen"]["upfront_fee"] == "41000.00"
-    assert doc["snippet"].splitlines()[1:3] == ["  - name: b", "    reservation_id: cr-...   # the id --purchase "
-                                                "prints; offerings have no reservation id yet"]
+    assert doc["snippet"].splitlines()[1:3] == [
+        "  - name: b",
+        "    reservation_id: cr-...   # the id --purchase prints; offerings have no reservation id yet",
+    ]
     assert "availability_zone: us-east-2a" in doc["snippet"] and "purchased" not in doc
 
 
 def test_purchase_after_typing_the_offering_id():
     aws = Aws()
     stub_offerings(aws)
-    aws.stub("ec2").add_response("purchase_capacity_block", {"CapacityReservation": {
-        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "State": "payment-pending", "InstanceType": "p5.48xlarge",
-        "AvailabilityZone": "us-east-2b", "TotalInstanceCount": 4, "StartDate": START, "EndDate": END}},
-        {"CapacityBlockOfferingId": OFF1, "InstancePlatform": "Linux/UNIX"})
+    aws.stub("ec2").add_response(
+        "purchase_capacity_block",
+        {
+            "CapacityReservation": {
+                "CapacityReservationId": "cr-0aaaabbbbccccdddd",
+                "State": "payment-pending",
+                "InstanceType": "p5.48xlarge",
+                "AvailabilityZone": "us-east-2b",
+                "TotalInstanceCount": 4,
+                "StartDate": START,
+                "EndDate": END,
+            }
+        },
+        {"CapacityBlockOfferingId": OFF1, "InstancePlatform": "Linux/UNIX"},
+    )
     rc, out, err, ctx = run(aws, "--purchase", OFF1, answers=[OFF1], interactive=True)
     assert rc == 0
     assert ctx.prompts == [f"Type the offering id ({OFF1}) to buy it, anything else to stop: "]
     assert "cannot be cancelled or refunded" in err
-    assert ("Bought cb-0123456789abcdef0: reservation cr-0aaaabbbbccccdddd (payment-pending). Under "
-            "gpu-cluster:cluster.capacity in Pulumi.<stack>.yaml:\n"
-            "capacity_blocks:\n  - name: a\n    reservation_id: cr-0aaaabbbbccccdddd\n    instance_count: 4\n"
-            "    availability_zone: us-east-2b\n    start: '2026-12-08T11:30:00Z'\n    end: '2026-12-15T11:30:00Z'\n") in out
+    assert (
+        "Bought cb-0123456789abcdef0: reservation cr-0aaaabbbbccccdddd (payment-pending). Under "
+        "gpu-cluster:cluster.capacity in Pulumi.<stack>.yaml:\n"
+        "capacity_blocks:\n  - name: a\n    reservation_id: cr-0aaaabbbbccccdddd\n    instance_count: 4\n"
+        "    availability_zone: us-east-2b\n    start: '2026-12-08T11:30:00Z'\n    end: '2026-12-15T11:30:00Z'\n"
+    ) in out
 
 
 def test_wrong_answer_buys_nothing():
@@ -104,21 +151,36 @@ def test_no_terminal_and_no_flag_refuses():
     stub_offerings(aws)
     rc, _, err, ctx = run(aws, "--purchase", OFF1)
     assert rc == 1 and ctx.prompts == []
-    assert err.splitlines()[-1] == ("gpu-cluster-ops find-blocks: refusing to buy without confirmation: run in a "
-                                    "terminal and type the offering id, or pass --yes-i-understand-no-refund")
+    assert err.splitlines()[-1] == (
+        "gpu-cluster-ops find-blocks: refusing to buy without confirmation: run in a "
+        "terminal and type the offering id, or pass --yes-i-understand-no-refund"
+    )
 
 
 def test_flag_buys_without_prompt():
     aws = Aws()
     stub_offerings(aws)
-    aws.stub("ec2").add_response("purchase_capacity_block", {"CapacityReservation": {
-        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "State": "scheduled", "StartDate": START, "EndDate": END}},
-        {"CapacityBlockOfferingId": OFF2, "InstancePlatform": "Linux/UNIX"})
+    aws.stub("ec2").add_response(
+        "purchase_capacity_block",
+        {
+            "CapacityReservation": {
+                "CapacityReservationId": "cr-0aaaabbbbccccdddd",
+                "State": "scheduled",
+                "StartDate": START,
+                "EndDate": END,
+            }
+        },
+        {"CapacityBlockOfferingId": OFF2, "InstancePlatform": "Linux/UNIX"},
+    )
     rc, out, _, ctx = run(aws, "--purchase", OFF2, "--yes-i-understand-no-refund", "--json")
     doc = json.loads(out)
     assert rc == 0 and ctx.prompts == []
-    assert doc["purchased"] == {"reservation_id": "cr-0aaaabbbbccccdddd", "state": "scheduled",
-                                "start": "2026-12-08T11:30:00Z", "end": "2026-12-15T11:30:00Z"}
+    assert doc["purchased"] == {
+        "reservation_id": "cr-0aaaabbbbccccdddd",
+        "state": "scheduled",
+        "start": "2026-12-08T11:30:00Z",
+        "end": "2026-12-15T11:30:00Z",
+    }
 
 
 def test_unknown_offering_and_no_offering():
@@ -130,29 +192,41 @@ def test_unknown_offering_and_no_offering():
     aws.stub("ec2").add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": []}, EXPECTED)
     rc, out, _, _ = run(aws)
     assert rc == 3
-    assert out == ("no Capacity Block offering for 4 x p5.48xlarge for 7 days in this range; try other dates, fewer "
-                   "instances or a shorter duration\n")
+    assert out == (
+        "no Capacity Block offering for 4 x p5.48xlarge for 7 days in this range; try other dates, fewer "
+        "instances or a shorter duration\n"
+    )
 
 
 def test_durations_aws_does_not_sell_are_refused_before_any_call():
     aws = Aws()
     ctx = context(aws)
-    rc = main(["find-blocks", "--instance-type", "p5.48xlarge", "--count", "4", "--days", "15", "--region", "us-east-2"],
-              ctx=ctx, session_for=aws.session)
+    rc = main(
+        ["find-blocks", "--instance-type", "p5.48xlarge", "--count", "4", "--days", "15", "--region", "us-east-2"],
+        ctx=ctx,
+        session_for=aws.session,
+    )
     assert rc == 1
-    assert ctx.err.getvalue().strip() == ("gpu-cluster-ops find-blocks: --days 15: blocks last 1-14 days, or a "
-                                          "multiple of 7 days up to 182")
+    assert ctx.err.getvalue().strip() == (
+        "gpu-cluster-ops find-blocks: --days 15: blocks last 1-14 days, or a multiple of 7 days up to 182"
+    )
 
 
 def test_access_denied_on_search():
     aws = Aws()
-    aws.stub("ec2").add_client_error("describe_capacity_block_offerings", "UnauthorizedOperation",
-                                     "You are not authorized to perform this operation.", expected_params=EXPECTED)
+    aws.stub("ec2").add_client_error(
+        "describe_capacity_block_offerings",
+        "UnauthorizedOperation",
+        "You are not authorized to perform this operation.",
+        expected_params=EXPECTED,
+    )
     rc, _, err, _ = run(aws)
     assert rc == 1
-    assert err.strip() == ("gpu-cluster-ops find-blocks: searching Capacity Block offerings: access denied to "
-                           "DescribeCapacityBlockOfferings; grant it to your AWS identity (You are not authorized to "
-                           "perform this operation.)")
+    assert err.strip() == (
+        "gpu-cluster-ops find-blocks: searching Capacity Block offerings: access denied to "
+        "DescribeCapacityBlockOfferings; grant it to your AWS identity (You are not authorized to "
+        "perform this operation.)"
+    )
 
 
 def test_purchased_snippet_is_accepted_by_the_config_schema():
@@ -160,10 +234,16 @@ def test_purchased_snippet_is_accepted_by_the_config_schema():
 
     from model.config import parse_config
     from ops.blocks import snippet
+
     text = snippet("a", 4, "us-east-2b", "2026-12-08T11:30:00Z", "2026-12-15T11:30:00Z", "cr-0aaaabbbbccccdddd")
-    cfg = parse_config({"name": "dev", "instance_type": "p5.48xlarge",
-                        "network": {"availability_zone": "us-east-2b", "subnet_id": "subnet-0a1b2c3d4e5f60718"},
-                        "capacity": {"nodes": 4, **yaml.safe_load(text)}})
+    cfg = parse_config(
+        {
+            "name": "dev",
+            "instance_type": "p5.48xlarge",
+            "network": {"availability_zone": "us-east-2b", "subnet_id": "subnet-0a1b2c3d4e5f60718"},
+            "capacity": {"nodes": 4, **yaml.safe_load(text)},
+        }
+    )
     block = cfg.capacity.capacity_blocks[0]
     assert (block.reservation_id, block.instance_count) == ("cr-0aaaabbbbccccdddd", 4)
     assert getattr(block, "start", START) == START and getattr(block, "end", END) == END

@@ -24,15 +24,30 @@ START, END = NOW - timedelta(days=1, minutes=30), NOW + timedelta(days=5, hours=
 # A deployable stack: block dates as EC2 gives them and a pinned image (`pulumi up`
 # refuses anything less, and so does preflight: model/deploy.py).
 STACK = {
-    "name": "dev", "instance_type": "p5.48xlarge",
+    "name": "dev",
+    "instance_type": "p5.48xlarge",
     "network": {"availability_zone": "us-east-2b", "subnet_id": SUBNET},
-    "capacity": {"nodes": 2, "capacity_blocks": [
-        {"name": "a", "reservation_id": CR, "instance_count": 2, "availability_zone": "us-east-2b",
-         "start": "2026-11-30T11:30:00Z", "end": "2026-12-07T11:30:00Z"}]},
+    "capacity": {
+        "nodes": 2,
+        "capacity_blocks": [
+            {
+                "name": "a",
+                "reservation_id": CR,
+                "instance_count": 2,
+                "availability_zone": "us-east-2b",
+                "start": "2026-11-30T11:30:00Z",
+                "end": "2026-12-07T11:30:00Z",
+            }
+        ],
+    },
     "image": {"ami_id": AMI},
 }
-IMAGE = {"ImageId": AMI, "Name": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) 20261120",
-         "Architecture": "x86_64", "CreationDate": "2026-11-20T08:15:00.000Z"}
+IMAGE = {
+    "ImageId": AMI,
+    "Name": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) 20261120",
+    "Architecture": "x86_64",
+    "CreationDate": "2026-11-20T08:15:00.000Z",
+}
 
 
 def block(**kw):
@@ -46,56 +61,119 @@ def write_stack(tmp_path: Path, cluster: dict | None = None, region: str = "us-e
     return tmp_path
 
 
-def stub_account(aws: Aws, *, blocks=None, zones=("us-east-2a", "us-east-2b", "us-east-2c"), subnet_az="us-east-2b",
-                 routes=None, main_table=False, dns=True, lt=None, asgs=None, quota=384.0, quota_error=None,
-                 block_error=None, subnet_missing=False, image=IMAGE):
+def stub_account(
+    aws: Aws,
+    *,
+    blocks=None,
+    zones=("us-east-2a", "us-east-2b", "us-east-2c"),
+    subnet_az="us-east-2b",
+    routes=None,
+    main_table=False,
+    dns=True,
+    lt=None,
+    asgs=None,
+    quota=384.0,
+    quota_error=None,
+    block_error=None,
+    subnet_missing=False,
+    image=IMAGE,
+):
     ec2, asg, sq = aws.stub("ec2"), aws.stub("autoscaling"), aws.stub("service-quotas")
     if block_error:
-        ec2.add_client_error("describe_capacity_reservations", block_error[0], block_error[1],
-                             expected_params={"CapacityReservationIds": [CR]})
+        ec2.add_client_error(
+            "describe_capacity_reservations",
+            block_error[0],
+            block_error[1],
+            expected_params={"CapacityReservationIds": [CR]},
+        )
     else:
-        ec2.add_response("describe_capacity_reservations",
-                         {"CapacityReservations": blocks if blocks is not None else [block()]},
-                         {"CapacityReservationIds": [CR]})
-    ec2.add_response("describe_availability_zones",
-                     {"AvailabilityZones": [{"ZoneName": z, "State": "available", "RegionName": "us-east-2"} for z in zones]},
-                     {"Filters": [{"Name": "state", "Values": ["available"]}]})
+        ec2.add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": blocks if blocks is not None else [block()]},
+            {"CapacityReservationIds": [CR]},
+        )
+    ec2.add_response(
+        "describe_availability_zones",
+        {"AvailabilityZones": [{"ZoneName": z, "State": "available", "RegionName": "us-east-2"} for z in zones]},
+        {"Filters": [{"Name": "state", "Values": ["available"]}]},
+    )
     if subnet_missing:
-        ec2.add_client_error("describe_subnets", "InvalidSubnetID.NotFound", f"The subnet ID '{SUBNET}' does not exist",
-                             expected_params={"SubnetIds": [SUBNET]})
+        ec2.add_client_error(
+            "describe_subnets",
+            "InvalidSubnetID.NotFound",
+            f"The subnet ID '{SUBNET}' does not exist",
+            expected_params={"SubnetIds": [SUBNET]},
+        )
     else:
-        ec2.add_response("describe_subnets", {"Subnets": [{"SubnetId": SUBNET, "VpcId": VPC, "AvailabilityZone": subnet_az}]},
-                         {"SubnetIds": [SUBNET]})
-        table = {"RouteTableId": "rtb-0123456789abcdef0", "VpcId": VPC,
-                 "Routes": routes if routes is not None else [
-                     {"DestinationCidrBlock": "10.0.0.0/16", "GatewayId": "local", "State": "active"},
-                     {"DestinationCidrBlock": "0.0.0.0/0", "NatGatewayId": "nat-0123456789abcdef0", "State": "active"}]}
-        ec2.add_response("describe_route_tables", {"RouteTables": [] if main_table else [table]},
-                         {"Filters": [{"Name": "association.subnet-id", "Values": [SUBNET]}]})
+        ec2.add_response(
+            "describe_subnets",
+            {"Subnets": [{"SubnetId": SUBNET, "VpcId": VPC, "AvailabilityZone": subnet_az}]},
+            {"SubnetIds": [SUBNET]},
+        )
+        table = {
+            "RouteTableId": "rtb-0123456789abcdef0",
+            "VpcId": VPC,
+            "Routes": routes
+            if routes is not None
+            else [
+                {"DestinationCidrBlock": "10.0.0.0/16", "GatewayId": "local", "State": "active"},
+                {"DestinationCidrBlock": "0.0.0.0/0", "NatGatewayId": "nat-0123456789abcdef0", "State": "active"},
+            ],
+        }
+        ec2.add_response(
+            "describe_route_tables",
+            {"RouteTables": [] if main_table else [table]},
+            {"Filters": [{"Name": "association.subnet-id", "Values": [SUBNET]}]},
+        )
         if main_table:
-            ec2.add_response("describe_route_tables", {"RouteTables": [table]},
-                             {"Filters": [{"Name": "vpc-id", "Values": [VPC]},
-                                          {"Name": "association.main", "Values": ["true"]}]})
-        ec2.add_response("describe_vpc_attribute", {"VpcId": VPC, "EnableDnsSupport": {"Value": dns}},
-                         {"VpcId": VPC, "Attribute": "enableDnsSupport"})
+            ec2.add_response(
+                "describe_route_tables",
+                {"RouteTables": [table]},
+                {"Filters": [{"Name": "vpc-id", "Values": [VPC]}, {"Name": "association.main", "Values": ["true"]}]},
+            )
+        ec2.add_response(
+            "describe_vpc_attribute",
+            {"VpcId": VPC, "EnableDnsSupport": {"Value": dns}},
+            {"VpcId": VPC, "Attribute": "enableDnsSupport"},
+        )
     if lt is None:
-        ec2.add_client_error("describe_launch_templates", "InvalidLaunchTemplateName.NotFoundException",
-                             "At least one of the launch templates specified in the request does not exist.",
-                             expected_params={"LaunchTemplateNames": ["gpu-cluster-dev"]})
+        ec2.add_client_error(
+            "describe_launch_templates",
+            "InvalidLaunchTemplateName.NotFoundException",
+            "At least one of the launch templates specified in the request does not exist.",
+            expected_params={"LaunchTemplateNames": ["gpu-cluster-dev"]},
+        )
     else:
-        ec2.add_response("describe_launch_templates", {"LaunchTemplates": [lt]},
-                         {"LaunchTemplateNames": ["gpu-cluster-dev"]})
+        ec2.add_response(
+            "describe_launch_templates", {"LaunchTemplates": [lt]}, {"LaunchTemplateNames": ["gpu-cluster-dev"]}
+        )
     asgs = asgs or {}
     for name in ("gpu-cluster-dev-controller", "gpu-cluster-dev-block-a"):
-        asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [asgs[name]] if name in asgs else []},
-                         {"AutoScalingGroupNames": [name]})
+        asg.add_response(
+            "describe_auto_scaling_groups",
+            {"AutoScalingGroups": [asgs[name]] if name in asgs else []},
+            {"AutoScalingGroupNames": [name]},
+        )
     if quota_error:
-        sq.add_client_error("get_service_quota", quota_error, "denied",
-                            expected_params={"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+        sq.add_client_error(
+            "get_service_quota",
+            quota_error,
+            "denied",
+            expected_params={"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+        )
     else:
-        sq.add_response("get_service_quota", {"Quota": {"QuotaCode": "L-417A185B", "ServiceCode": "ec2",
-                                                        "QuotaName": "Running On-Demand P instances", "Value": quota}},
-                        {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+        sq.add_response(
+            "get_service_quota",
+            {
+                "Quota": {
+                    "QuotaCode": "L-417A185B",
+                    "ServiceCode": "ec2",
+                    "QuotaName": "Running On-Demand P instances",
+                    "Value": quota,
+                }
+            },
+            {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+        )
     # The pinned AMI, read after the account facts (the same ec2 client: order matters);
     # image=None: no image pinned, so no call.
     if image is not None:
@@ -119,8 +197,19 @@ def test_clean_account_passes(tmp_path):
 
 def test_every_bad_block_fact_at_once(tmp_path):
     aws = Aws()
-    stub_account(aws, blocks=[reservation(state="expired", instance_type="p4d.24xlarge", az="us-east-2a", count=4,
-                                          start=NOW.replace(day=1, hour=0) , end=NOW.replace(hour=11, minute=30))])
+    stub_account(
+        aws,
+        blocks=[
+            reservation(
+                state="expired",
+                instance_type="p4d.24xlarge",
+                az="us-east-2a",
+                count=4,
+                start=NOW.replace(day=1, hour=0),
+                end=NOW.replace(hour=11, minute=30),
+            )
+        ],
+    )
     rc, lines, _ = run(aws, write_stack(tmp_path))
     assert rc == 2
     assert lines == [
@@ -142,17 +231,24 @@ def test_every_bad_block_fact_at_once(tmp_path):
 
 def test_block_not_found(tmp_path):
     aws = Aws()
-    stub_account(aws, block_error=("InvalidCapacityReservationId.NotFound", f"The capacity reservation '{CR}' does not exist"))
+    stub_account(
+        aws, block_error=("InvalidCapacityReservationId.NotFound", f"The capacity reservation '{CR}' does not exist")
+    )
     rc, lines, _ = run(aws, write_stack(tmp_path))
     assert rc == 2
-    assert lines[0] == (f"{P}.capacity.capacity_blocks[0].reservation_id: {CR} does not exist in this account in "
-                        "us-east-2; check the id and aws:region, or run `python3 -m ops find-blocks` to find and buy one")
+    assert lines[0] == (
+        f"{P}.capacity.capacity_blocks[0].reservation_id: {CR} does not exist in this account in "
+        "us-east-2; check the id and aws:region, or run `python3 -m ops find-blocks` to find and buy one"
+    )
 
 
 def test_access_denied_is_reported_per_lookup_and_quota_is_a_warning(tmp_path):
     aws = Aws()
-    stub_account(aws, block_error=("UnauthorizedOperation", "You are not authorized to perform this operation."),
-                 quota_error="AccessDeniedException")
+    stub_account(
+        aws,
+        block_error=("UnauthorizedOperation", "You are not authorized to perform this operation."),
+        quota_error="AccessDeniedException",
+    )
     rc, lines, _ = run(aws, write_stack(tmp_path))
     assert rc == 2
     assert lines == [
@@ -166,8 +262,13 @@ def test_access_denied_is_reported_per_lookup_and_quota_is_a_warning(tmp_path):
 
 def test_public_subnet_in_other_az_without_dns(tmp_path):
     aws = Aws()
-    stub_account(aws, subnet_az="us-east-2a", dns=False, main_table=True,
-                 routes=[{"DestinationCidrBlock": "0.0.0.0/0", "GatewayId": "igw-0123456789abcdef0", "State": "active"}])
+    stub_account(
+        aws,
+        subnet_az="us-east-2a",
+        dns=False,
+        main_table=True,
+        routes=[{"DestinationCidrBlock": "0.0.0.0/0", "GatewayId": "igw-0123456789abcdef0", "State": "active"}],
+    )
     rc, lines, _ = run(aws, write_stack(tmp_path))
     sp = f"{P}.network.subnet_id"
     assert rc == 2
@@ -183,8 +284,11 @@ def test_public_subnet_in_other_az_without_dns(tmp_path):
 
 def test_subnet_without_egress_missing_subnet_and_foreign_az(tmp_path):
     aws = Aws()
-    stub_account(aws, routes=[{"DestinationCidrBlock": "10.0.0.0/16", "GatewayId": "local", "State": "active"}],
-                 zones=("us-east-2a",))
+    stub_account(
+        aws,
+        routes=[{"DestinationCidrBlock": "10.0.0.0/16", "GatewayId": "local", "State": "active"}],
+        zones=("us-east-2a",),
+    )
     rc, lines, _ = run(aws, write_stack(tmp_path))
     assert rc == 2
     assert lines[:2] == [
@@ -196,34 +300,62 @@ def test_subnet_without_egress_missing_subnet_and_foreign_az(tmp_path):
     aws = Aws()
     stub_account(aws, subnet_missing=True)
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert lines[0] == (f"{P}.network.subnet_id: {SUBNET} does not exist in this account in us-east-2; check the id, "
-                        "or omit subnet_id to create a VPC")
+    assert lines[0] == (
+        f"{P}.network.subnet_id: {SUBNET} does not exist in this account in us-east-2; check the id, "
+        "or omit subnet_id to create a VPC"
+    )
 
 
 def test_name_collisions_unless_tagged_for_this_cluster(tmp_path):
     aws = Aws()
-    lt = {"LaunchTemplateId": "lt-0123456789abcdef0", "LaunchTemplateName": "gpu-cluster-dev",
-          "Tags": [{"Key": "GpuClusterName", "Value": "dev"}]}  # ours: an earlier `pulumi up`
-    group = {"AutoScalingGroupName": "gpu-cluster-dev-block-a", "MinSize": 0, "MaxSize": 1, "DesiredCapacity": 0,
-             "DefaultCooldown": 300, "AvailabilityZones": ["us-east-2b"], "HealthCheckType": "EC2",
-             "CreatedTime": NOW, "Tags": [{"Key": "team", "Value": "other", "ResourceId": "gpu-cluster-dev-block-a",
-                                           "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True}]}
+    lt = {
+        "LaunchTemplateId": "lt-0123456789abcdef0",
+        "LaunchTemplateName": "gpu-cluster-dev",
+        "Tags": [{"Key": "GpuClusterName", "Value": "dev"}],
+    }  # ours: an earlier `pulumi up`
+    group = {
+        "AutoScalingGroupName": "gpu-cluster-dev-block-a",
+        "MinSize": 0,
+        "MaxSize": 1,
+        "DesiredCapacity": 0,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["us-east-2b"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": NOW,
+        "Tags": [
+            {
+                "Key": "team",
+                "Value": "other",
+                "ResourceId": "gpu-cluster-dev-block-a",
+                "ResourceType": "auto-scaling-group",
+                "PropagateAtLaunch": True,
+            }
+        ],
+    }
     stub_account(aws, lt=lt, asgs={"gpu-cluster-dev-block-a": group})
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert (rc, lines) == (2, [
-        f"{P}.name: Auto Scaling group gpu-cluster-dev-block-a already exists in us-east-2 (without a GpuClusterName "
-        "tag); choose another cluster name, or delete it if nothing uses it",
-        "preflight dev (us-east-2): 1 problem(s), 0 warning(s)"])
+    assert (rc, lines) == (
+        2,
+        [
+            f"{P}.name: Auto Scaling group gpu-cluster-dev-block-a already exists in us-east-2 (without a GpuClusterName "
+            "tag); choose another cluster name, or delete it if nothing uses it",
+            "preflight dev (us-east-2): 1 problem(s), 0 warning(s)",
+        ],
+    )
 
 
 def test_quota_too_low_warns_for_blocks(tmp_path):
     aws = Aws()
     stub_account(aws, quota=192.0)
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert (rc, lines) == (0, [
-        f"warning: {P}.capacity.nodes: 2 x p5.48xlarge need 384 vCPUs but the Running On-Demand P instances quota "
-        "(L-417A185B) in us-east-2 is 192; request an increase in Service Quotas",
-        "preflight dev (us-east-2): OK, 1 warning(s)"])
+    assert (rc, lines) == (
+        0,
+        [
+            f"warning: {P}.capacity.nodes: 2 x p5.48xlarge need 384 vCPUs but the Running On-Demand P instances quota "
+            "(L-417A185B) in us-east-2 is 192; request an increase in Service Quotas",
+            "preflight dev (us-east-2): OK, 1 warning(s)",
+        ],
+    )
 
 
 def test_json_output(tmp_path):
@@ -233,7 +365,8 @@ def test_json_output(tmp_path):
     doc = json.loads("\n".join(lines))
     assert rc == 2 and doc["ok"] is False and doc["region"] == "us-east-2"
     assert [(p["path"], p["severity"]) for p in doc["problems"]] == [
-        (f"{P}.capacity.capacity_blocks[0].reservation_id", "error")]
+        (f"{P}.capacity.capacity_blocks[0].reservation_id", "error")
+    ]
     assert doc["problems"][0]["message"].startswith(f"block {CR} is cancelled, not scheduled or active")
 
 
@@ -242,16 +375,23 @@ def test_bad_config_stops_before_any_aws_call(tmp_path):
     bad = {**STACK, "capacity": {**STACK["capacity"], "nodes": 3}}
     rc, lines, _ = run(aws, write_stack(tmp_path, bad))
     assert rc == 2
-    assert lines == [f"{P}.capacity.nodes: 3 nodes requested but the capacity blocks hold 2; lower capacity.nodes or add a block",
-                     "preflight dev: 1 config problem(s); fix the stack file first"]
+    assert lines == [
+        f"{P}.capacity.nodes: 3 nodes requested but the capacity blocks hold 2; lower capacity.nodes or add a block",
+        "preflight dev: 1 config problem(s); fix the stack file first",
+    ]
 
 
 def test_region_override_reaches_the_clients(tmp_path):
     aws = Aws(region="us-west-2")
     stub_account(aws, zones=("us-west-2a",))
-    cluster = {**STACK, "network": {"availability_zone": "us-west-2a", "subnet_id": SUBNET},
-               "capacity": {"nodes": 2, "capacity_blocks": [{**STACK["capacity"]["capacity_blocks"][0],
-                                                             "availability_zone": "us-west-2a"}]}}
+    cluster = {
+        **STACK,
+        "network": {"availability_zone": "us-west-2a", "subnet_id": SUBNET},
+        "capacity": {
+            "nodes": 2,
+            "capacity_blocks": [{**STACK["capacity"]["capacity_blocks"][0], "availability_zone": "us-west-2a"}],
+        },
+    }
     # The stubbed block and subnet say us-east-2b: the mismatch lines prove the facts were compared.
     rc, lines, _ = run(aws, write_stack(tmp_path, cluster), "--region", "us-west-2")
     assert rc == 2
@@ -260,28 +400,50 @@ def test_region_override_reaches_the_clients(tmp_path):
 
 def test_subprocess_without_credentials_fails_with_one_clear_line(tmp_path):
     """The real entry point, no stub: no credentials means exit 1 and one line, no traceback, no network."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AWS_CONFIG_FILE": str(tmp_path / "none"),
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true",
-           "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "ops", "preflight", "--stack", "dev", "--stack-dir",
-                        str(write_stack(tmp_path))], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYTHONPATH": str(REPO),
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "ops", "preflight", "--stack", "dev", "--stack-dir", str(write_stack(tmp_path))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 1
-    assert r.stderr.splitlines()[-1] == ("gpu-cluster-ops preflight: reading AWS: no AWS credentials; configure a "
-                                         "profile or environment credentials")
+    assert r.stderr.splitlines()[-1] == (
+        "gpu-cluster-ops preflight: reading AWS: no AWS credentials; configure a profile or environment credentials"
+    )
     assert r.stdout == ""
 
 
 def test_one_unknown_block_among_several_is_found_id_by_id():
     from ops.facts import describe_blocks
+
     aws = Aws()
     ec2 = aws.stub("ec2")
     other = "cr-0fedcba9876543210"
-    ec2.add_client_error("describe_capacity_reservations", "InvalidCapacityReservationId.NotFound", "nope",
-                         expected_params={"CapacityReservationIds": [CR, other]})
-    ec2.add_response("describe_capacity_reservations", {"CapacityReservations": [reservation()]},
-                     {"CapacityReservationIds": [CR]})
-    ec2.add_client_error("describe_capacity_reservations", "InvalidCapacityReservationId.NotFound", "nope",
-                         expected_params={"CapacityReservationIds": [other]})
+    ec2.add_client_error(
+        "describe_capacity_reservations",
+        "InvalidCapacityReservationId.NotFound",
+        "nope",
+        expected_params={"CapacityReservationIds": [CR, other]},
+    )
+    ec2.add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [reservation()]}, {"CapacityReservationIds": [CR]}
+    )
+    ec2.add_client_error(
+        "describe_capacity_reservations",
+        "InvalidCapacityReservationId.NotFound",
+        "nope",
+        expected_params={"CapacityReservationIds": [other]},
+    )
     found = describe_blocks(aws.factory("ec2", "us-east-2"), [CR, other])
     aws.done()
     assert (found[CR].found, found[CR].state, found[other].found) == (True, "active", False)

@@ -17,13 +17,20 @@ TAGS = {"GpuClusterName": "c1"}
 
 def test_payload_bucket_is_private():
     run = run_component(lambda: PayloadBucket("c1", PayloadBucketArgs(cluster_name="c1", tags=TAGS)).bucket_name)
-    assert run.custom() == [("aws:s3/bucket:Bucket", "c1-payload"),
-                            ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "c1-payload")]
+    assert run.custom() == [
+        ("aws:s3/bucket:Bucket", "c1-payload"),
+        ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "c1-payload"),
+    ]
     bucket = run.inputs("aws:s3/bucket:Bucket", "c1-payload")
     assert bucket == {"bucketPrefix": "gpu-cluster-c1-", "forceDestroy": True, "tags": TAGS}
     pab = run.inputs("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "c1-payload")
-    assert pab == {"bucket": run.value, "blockPublicAcls": True, "blockPublicPolicy": True,
-                   "ignorePublicAcls": True, "restrictPublicBuckets": True}
+    assert pab == {
+        "bucket": run.value,
+        "blockPublicAcls": True,
+        "blockPublicPolicy": True,
+        "ignorePublicAcls": True,
+        "restrictPublicBuckets": True,
+    }
     for typ, name in run.custom():
         assert run.parent_type(typ, name) == "gpu-cluster:index:PayloadBucket"
 
@@ -45,8 +52,11 @@ def test_payload_object_is_content_addressed():
 
 def test_node_files_rendered_once_from_fsx_endpoint_and_payload_bucket():
     cfg = parse_config(valid_raw())
-    run = run_component(lambda: render_node_files(cfg, cfg.spec, pulumi.Output.from_input("fs-1.fsx"), "mnt1",
-                                                  pulumi.Output.from_input("bucket-1")))
+    run = run_component(
+        lambda: render_node_files(
+            cfg, cfg.spec, pulumi.Output.from_input("fs-1.fsx"), "mnt1", pulumi.Output.from_input("bucket-1")
+        )
+    )
     want = render_userdata(cfg, cfg.spec, FsxEndpoint("fs-1.fsx", "mnt1"), "s3://bucket-1/payload/{sha256}.tar.gz")
     assert run.value.user_data == want.user_data
     assert run.value.s3_payload == want.s3_payload

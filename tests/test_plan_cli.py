@@ -20,8 +20,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _render(out: Path, *args: str) -> subprocess.CompletedProcess:
     """The CLI as users run it, in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "infra.plan", "--stack", "dev", "--out", str(out), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "infra.plan", "--stack", "dev", "--out", str(out), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _render_here(out: Path, *args: str) -> int:
@@ -45,11 +50,18 @@ def test_plan_contents(rendered):
     plan = json.loads((rendered / "plan.json").read_text())
     by = {(r["type"], r["name"]): r for r in plan["resources"]}
     lt = by[("aws:ec2/launchTemplate:LaunchTemplate", "dev-lt")]
-    assert lt["urn"] == ("urn:pulumi:dev::gpu-cluster::gpu-cluster:index:NodeLaunchTemplate"
-                         "$aws:ec2/launchTemplate:LaunchTemplate::dev-lt")
+    assert lt["urn"] == (
+        "urn:pulumi:dev::gpu-cluster::gpu-cluster:index:NodeLaunchTemplate"
+        "$aws:ec2/launchTemplate:LaunchTemplate::dev-lt"
+    )
     nis = lt["inputs"]["networkInterfaces"]
-    assert len(nis) == 33 and nis[1] == {"deleteOnTermination": "true", "deviceIndex": 1, "interfaceType": "efa-only",
-                                         "networkCardIndex": 0, "securityGroups": [plan["outputs"]["security_group_id"]]}
+    assert len(nis) == 33 and nis[1] == {
+        "deleteOnTermination": "true",
+        "deviceIndex": 1,
+        "interfaceType": "efa-only",
+        "networkCardIndex": 0,
+        "securityGroups": [plan["outputs"]["security_group_id"]],
+    }
     self_in = by[("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "dev-self-in")]["inputs"]
     self_out = by[("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-self-out")]["inputs"]
     for rule in (self_in, self_out):
@@ -59,7 +71,8 @@ def test_plan_contents(rendered):
     for group in ("dev-block-a", "dev-controller"):
         asg = by[("aws:autoscaling/group:Group", group)]["inputs"]
         assert asg["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"] == [
-            "cr-0123456789abcdef0"]
+            "cr-0123456789abcdef0"
+        ]
     assert lt["inputs"]["instanceMarketOptions"]["marketType"] == "capacity-block"
     assert plan["outputs"]["fsx_mount_name"] == "abcdefgh"
 
@@ -71,7 +84,10 @@ def test_user_data_files(rendered):
     assert data == base64.b64decode(lt["inputs"]["userData"])
     assert json.loads((rendered / "userdata" / "index.json").read_text()) == {"dev-lt": "node"}
     files = rendered / "userdata" / "node" / "files"
-    assert b"fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com" in (files / "etc" / "gpu-cluster" / "cluster.env").read_bytes()
+    assert (
+        b"fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com"
+        in (files / "etc" / "gpu-cluster" / "cluster.env").read_bytes()
+    )
     assert (files / "opt" / "gpu-cluster" / "bin" / "gpu-cluster-boot").is_file()
     # The files that ship through S3 are the payload's content, byte for byte.
     payload = (rendered / "userdata" / "node" / "payload.tar.gz").read_bytes()
@@ -79,8 +95,9 @@ def test_user_data_files(rendered):
         for member in tar.getmembers():
             assert tar.extractfile(member).read() == (files / member.name).read_bytes()
     obj = next(r for r in plan["resources"] if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2")
-    assert obj["inputs"]["contentBase64"] == (f"<{len(payload)} bytes, sha256 {hashlib.sha256(payload).hexdigest()}: "
-                                             "see userdata/*/payload.tar.gz>")
+    assert obj["inputs"]["contentBase64"] == (
+        f"<{len(payload)} bytes, sha256 {hashlib.sha256(payload).hexdigest()}: see userdata/*/payload.tar.gz>"
+    )
 
 
 def test_byte_stable(rendered, tmp_path):
@@ -89,8 +106,18 @@ def test_byte_stable(rendered, tmp_path):
 
 
 def test_set_overrides(tmp_path):
-    assert _render_here(tmp_path, "--set", "capacity.capacity_blocks.0.instance_count=4", "--set", "capacity.nodes=4",
-                        "--set", "instance_type=p6-b200.48xlarge") == 0
+    assert (
+        _render_here(
+            tmp_path,
+            "--set",
+            "capacity.capacity_blocks.0.instance_count=4",
+            "--set",
+            "capacity.nodes=4",
+            "--set",
+            "instance_type=p6-b200.48xlarge",
+        )
+        == 0
+    )
     plan = json.loads((tmp_path / "plan.json").read_text())
     # Before the block starts (PLAN_NOW) the group is at zero; its size comes at the start.
     asg = next(r for r in plan["resources"] if r["name"] == "dev-block-a")
@@ -134,8 +161,10 @@ def test_replacing_edit_exits_with_the_guard_line(tmp_path):
     proc = _render(tmp_path, "--set", "network.subnet_id=subnet-0ffffffffffffffff")
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("gpu-cluster:cluster.network.subnet_id: the file system was created with subnet "
-                           "'subnet-0a1b2c3d4e5f60718' (fsx.pinned)")
+    assert line.startswith(
+        "gpu-cluster:cluster.network.subnet_id: the file system was created with subnet "
+        "'subnet-0a1b2c3d4e5f60718' (fsx.pinned)"
+    )
     assert "fsx.allow_replace: true" in line
 
 
@@ -156,11 +185,14 @@ def test_unknown_key_exits_with_path_line(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines()[0].startswith("gpu-cluster:cluster.fsx.sise: unknown key")
 
 
-@pytest.mark.parametrize("assignment,expected", [
-    ("a.b=1", {"a": {"b": 1}, "x": [{"y": 1}]}),
-    ("x.0.y=true", {"a": {}, "x": [{"y": True}]}),
-    ("x[0].y=s", {"a": {}, "x": [{"y": "s"}]}),
-    ("a.l=[1, 2]", {"a": {"l": [1, 2]}, "x": [{"y": 1}]}),
-])
+@pytest.mark.parametrize(
+    "assignment,expected",
+    [
+        ("a.b=1", {"a": {"b": 1}, "x": [{"y": 1}]}),
+        ("x.0.y=true", {"a": {}, "x": [{"y": True}]}),
+        ("x[0].y=s", {"a": {}, "x": [{"y": "s"}]}),
+        ("a.l=[1, 2]", {"a": {"l": [1, 2]}, "x": [{"y": 1}]}),
+    ],
+)
 def test_apply_override(assignment, expected):
     assert apply_override({"a": {}, "x": [{"y": 1}]}, assignment) == expected

@@ -55,10 +55,15 @@ def test_dev_resources(dev):
     ]
     components = sorted((r["type"], r["name"]) for r in dev.resources if not r["custom"])
     assert components == [
-        ("gpu-cluster:index:FileSystem", "dev"), ("gpu-cluster:index:Network", "dev"),
-        ("gpu-cluster:index:NodeGroups", "dev"), ("gpu-cluster:index:NodeIdentity", "dev"),
-        ("gpu-cluster:index:NodeLaunchTemplate", "dev"), ("gpu-cluster:index:NodeSecurityGroup", "dev"),
-        ("gpu-cluster:index:PayloadBucket", "dev"), ("gpu-cluster:index:PayloadObject", "dev")]
+        ("gpu-cluster:index:FileSystem", "dev"),
+        ("gpu-cluster:index:Network", "dev"),
+        ("gpu-cluster:index:NodeGroups", "dev"),
+        ("gpu-cluster:index:NodeIdentity", "dev"),
+        ("gpu-cluster:index:NodeLaunchTemplate", "dev"),
+        ("gpu-cluster:index:NodeSecurityGroup", "dev"),
+        ("gpu-cluster:index:PayloadBucket", "dev"),
+        ("gpu-cluster:index:PayloadObject", "dev"),
+    ]
 
 
 def test_dev_wiring(dev):
@@ -77,7 +82,8 @@ def test_dev_wiring(dev):
         assert asg["launchTemplate"] == {"id": dev.value["launch_template_id"], "version": "1"}
         assert asg["vpcZoneIdentifiers"] == [subnet]
         assert asg["capacityReservationSpecification"]["capacityReservationTarget"] == {
-            "capacityReservationIds": ["cr-0123456789abcdef0"]}
+            "capacityReservationIds": ["cr-0123456789abcdef0"]
+        }
         tags = {t["key"]: t["value"] for t in asg["tags"]}
         assert (tags["GpuClusterRole"], tags["GpuClusterNodes"], tags["GpuClusterBlock"]) == (role, "2", "a")
         assert tags["GpuClusterBlockEnd"] == "2026-12-08T11:30:00Z"
@@ -85,10 +91,18 @@ def test_dev_wiring(dev):
         assert (asg["minSize"], asg["maxSize"], asg["desiredCapacity"]) == (0, 0, 0)
         out = dev.inputs(SCHED, f"{name}-scale-out")
         assert (out["autoscalingGroupName"], out["startTime"], out["desiredCapacity"], out["maxSize"]) == (
-            f"gpu-cluster-{name}", "2026-12-01T11:30:00Z", size, size)
+            f"gpu-cluster-{name}",
+            "2026-12-01T11:30:00Z",
+            size,
+            size,
+        )
         stop = dev.inputs(SCHED, f"{name}-scale-in")
         assert (stop["startTime"], stop["minSize"], stop["maxSize"], stop["desiredCapacity"]) == (
-            "2026-12-08T10:50:00Z", 0, 0, 0)
+            "2026-12-08T10:50:00Z",
+            0,
+            0,
+            0,
+        )
     assert lt["imageId"] == "ami-0a1b2c3d4e5f60718"  # pinned, never resolve:ssm: in dev
 
 
@@ -106,8 +120,9 @@ def test_dev_payload_object_and_its_only_reader(dev):
     assert obj["bucket"] == bucket and obj["key"] == f"payload/{sha}.tar.gz"
     assert base64.b64decode(obj["contentBase64"]) == tar
     policy = json.loads(dev.inputs("aws:iam/rolePolicy:RolePolicy", "dev-payload")["policy"])
-    assert policy["Statement"] == [{"Action": "s3:GetObject", "Effect": "Allow",
-                                    "Resource": f"arn:aws:s3:::{bucket}/payload/{sha}.tar.gz"}]
+    assert policy["Statement"] == [
+        {"Action": "s3:GetObject", "Effect": "Allow", "Resource": f"arn:aws:s3:::{bucket}/payload/{sha}.tar.gz"}
+    ]
     boot = gzip.decompress(dev.node_files.user_data)
     assert f"s3://{bucket}/payload/{sha}.tar.gz".encode() in boot
 
@@ -118,22 +133,37 @@ def test_dev_outputs(dev):
     assert out["controller_instance_id_command"] == (
         "aws autoscaling describe-auto-scaling-groups --region us-east-2 "
         "--auto-scaling-group-names gpu-cluster-dev-controller "
-        "--query \"AutoScalingGroups[0].Instances[?LifecycleState=='InService'] | [0].InstanceId\" --output text")
+        "--query \"AutoScalingGroups[0].Instances[?LifecycleState=='InService'] | [0].InstanceId\" --output text"
+    )
     assert out["controller_ssm_command"] == (
-        f"aws ssm start-session --region us-east-2 --target $({out['controller_instance_id_command']})")
+        f"aws ssm start-session --region us-east-2 --target $({out['controller_instance_id_command']})"
+    )
     assert out["fsx_dns_name"] == "fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com"
     assert out["fsx_mount_name"] == "abcdefgh"
     assert out["launch_template_id"].startswith("lt-") and out["launch_template_version"] == 1
     assert sorted(out["node_groups"]) == ["block-a", "controller"]
     assert out["node_groups"]["controller"] == {
-        "asg_name": "gpu-cluster-dev-controller", "role": "controller", "size": 1, "block": "a",
-        "capacity_block_id": "cr-0123456789abcdef0", "size_now": 0, "block_start": "2026-12-01T11:30:00Z",
-        "block_end": "2026-12-08T11:30:00Z", "scale_out_at": "2026-12-01T11:30:00Z",
-        "scale_in_at": "2026-12-08T10:50:00Z"}
-    assert out["fsx_identity"] == {"cluster_name": "dev", "deployment_type": "PERSISTENT_2", "storage_type": "SSD",
-                                   "file_system_type_version": "2.15", "subnet": "subnet-0a1b2c3d4e5f60718",
-                                   "storage_capacity_gib": 1200, "copy_tags_to_backups": True,
-                                   "s3_import_path": None}
+        "asg_name": "gpu-cluster-dev-controller",
+        "role": "controller",
+        "size": 1,
+        "block": "a",
+        "capacity_block_id": "cr-0123456789abcdef0",
+        "size_now": 0,
+        "block_start": "2026-12-01T11:30:00Z",
+        "block_end": "2026-12-08T11:30:00Z",
+        "scale_out_at": "2026-12-01T11:30:00Z",
+        "scale_in_at": "2026-12-08T10:50:00Z",
+    }
+    assert out["fsx_identity"] == {
+        "cluster_name": "dev",
+        "deployment_type": "PERSISTENT_2",
+        "storage_type": "SSD",
+        "file_system_type_version": "2.15",
+        "subnet": "subnet-0a1b2c3d4e5f60718",
+        "storage_capacity_gib": 1200,
+        "copy_tags_to_backups": True,
+        "s3_import_path": None,
+    }
     assert out["fsx_protected"] is True and out["image_id"] == "ami-0a1b2c3d4e5f60718"
     assert out["capacity_block_ids"] == ["cr-0123456789abcdef0"]
     assert out["validation_results_path"] == "/fsx/.gpu-cluster/dev/validation/"
@@ -158,11 +188,19 @@ def test_prod_blocks_and_sizes(prod):
     sizes = {n: prod.inputs(ASG, f"prod-{n}") for n in ("controller", "block-a", "block-b")}
     assert {n: a["desiredCapacity"] for n, a in sizes.items()} == {"controller": 0, "block-a": 0, "block-b": 0}
     assert {n: prod.inputs(SCHED, f"prod-{n}-scale-out")["desiredCapacity"] for n in sizes} == {
-        "controller": 1, "block-a": 7, "block-b": 8}
+        "controller": 1,
+        "block-a": 7,
+        "block-b": 8,
+    }
     assert {a["launchTemplate"]["id"] for a in sizes.values()} == {prod.value["launch_template_id"]}
-    assert {n: a["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"]
-            for n, a in sizes.items()} == {"controller": ["cr-0aaaaaaaaaaaaaaa1"], "block-a": ["cr-0aaaaaaaaaaaaaaa1"],
-                                           "block-b": ["cr-0bbbbbbbbbbbbbbb2"]}
+    assert {
+        n: a["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"]
+        for n, a in sizes.items()
+    } == {
+        "controller": ["cr-0aaaaaaaaaaaaaaa1"],
+        "block-a": ["cr-0aaaaaaaaaaaaaaa1"],
+        "block-b": ["cr-0bbbbbbbbbbbbbbb2"],
+    }
     private = prod.inputs("aws:ec2/subnet:Subnet", "prod-private")
     assert prod.value["subnet_id"] in {a["vpcZoneIdentifiers"][0] for a in sizes.values()}
     assert private["availabilityZone"] == "us-east-1a"
@@ -175,7 +213,11 @@ def test_on_demand_program():
     raw["capacity"] = {"nodes": 4}
     run = run_program(raw, region)
     assert [n for t, n in run.custom() if t in (LT, ASG, "aws:ec2/placementGroup:PlacementGroup")] == [
-        "dev-controller", "dev-workers", "dev-lt", "dev-pg"]
+        "dev-controller",
+        "dev-workers",
+        "dev-lt",
+        "dev-pg",
+    ]
     lt = run.inputs(LT, "dev-lt")
     assert "instanceMarketOptions" not in lt and lt["placement"]["groupName"].startswith("dev-pg")
     workers = run.inputs(ASG, "dev-workers")
@@ -188,8 +230,10 @@ def test_bad_config_raises_run_error_before_resources():
     raw["capacity"]["nodes"] = 3
     with pytest.raises(pulumi.RunError) as exc:
         run_program(raw, region)
-    assert str(exc.value) == ("gpu-cluster:cluster.capacity.nodes: 3 nodes requested but the capacity blocks "
-                              "hold 2; lower capacity.nodes or add a block")
+    assert str(exc.value) == (
+        "gpu-cluster:cluster.capacity.nodes: 3 nodes requested but the capacity blocks "
+        "hold 2; lower capacity.nodes or add a block"
+    )
 
 
 def test_subnet_in_wrong_az_fails_before_resources():
@@ -222,27 +266,59 @@ def test_main_exports_every_output():
         main(now=PLAN_NOW)
         return pulumi.Output.from_input(sorted(get_root_resource().outputs))
 
-    exported, _ = run_with_mocks(program, PlanMocks(region, subnet_az="us-east-2b", blocks=declared_blocks(raw)),
-                                 config={"gpu-cluster:cluster": _json.dumps(raw), "aws:region": region})
-    assert exported == sorted([
-        "capacity_block_ids", "cluster_name", "controller_asg_name", "controller_instance_id_command",
-        "controller_ssm_command", "fsx_dns_name", "fsx_identity", "fsx_mount_name", "fsx_protected", "image_id",
-        "launch_template_id", "launch_template_version", "node_groups", "region", "security_group_id", "subnet_id",
-        "user_data_payload_bucket", "validation_results_path"])
+    exported, _ = run_with_mocks(
+        program,
+        PlanMocks(region, subnet_az="us-east-2b", blocks=declared_blocks(raw)),
+        config={"gpu-cluster:cluster": _json.dumps(raw), "aws:region": region},
+    )
+    assert exported == sorted(
+        [
+            "capacity_block_ids",
+            "cluster_name",
+            "controller_asg_name",
+            "controller_instance_id_command",
+            "controller_ssm_command",
+            "fsx_dns_name",
+            "fsx_identity",
+            "fsx_mount_name",
+            "fsx_protected",
+            "image_id",
+            "launch_template_id",
+            "launch_template_version",
+            "node_groups",
+            "region",
+            "security_group_id",
+            "subnet_id",
+            "user_data_payload_bucket",
+            "validation_results_path",
+        ]
+    )
 
 
 def test_node_count_changes_groups_not_templates_or_user_data(dev):
     """1024 nodes in 16 blocks: 17 groups, still one template with the dev user data."""
     raw, region = stack_config("dev")
-    raw["capacity"] = {"nodes": 1024, "capacity_blocks": [
-        {"name": f"b{i:02d}", "reservation_id": f"cr-{i:017x}", "instance_count": 64,
-         "availability_zone": "us-east-2b", "start": "2026-11-30T11:30:00Z", "end": "2026-12-07T11:30:00Z"}
-        for i in range(16)]}
+    raw["capacity"] = {
+        "nodes": 1024,
+        "capacity_blocks": [
+            {
+                "name": f"b{i:02d}",
+                "reservation_id": f"cr-{i:017x}",
+                "instance_count": 64,
+                "availability_zone": "us-east-2b",
+                "start": "2026-11-30T11:30:00Z",
+                "end": "2026-12-07T11:30:00Z",
+            }
+            for i in range(16)
+        ],
+    }
     big = run_program(raw, region)
     asgs = big.of_type(ASG)
     assert len(asgs) == 17 and len(big.of_type(LT)) == 1
     assert sum(a["inputs"]["desiredCapacity"] for a in asgs) == 1024  # started: full size now
     assert len(big.of_type(SCHED)) == 17  # one scale-in each, no scale-out
-    assert {a["inputs"]["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"][0]
-            for a in asgs} == {f"cr-{i:017x}" for i in range(16)}
+    assert {
+        a["inputs"]["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"][0]
+        for a in asgs
+    } == {f"cr-{i:017x}" for i in range(16)}
     assert big.inputs(LT, "dev-lt")["userData"] == dev.inputs(LT, "dev-lt")["userData"]

@@ -16,7 +16,10 @@ OUT = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 @pytest.fixture(scope="module")
 def run():
     def program():
-        return NodeSecurityGroup("c1", NodeSecurityGroupArgs(cluster_name="c1", vpc_id="vpc-0123", tags=TAGS)).security_group_id
+        return NodeSecurityGroup(
+            "c1", NodeSecurityGroupArgs(cluster_name="c1", vpc_id="vpc-0123", tags=TAGS)
+        ).security_group_id
+
     return run_component(program)
 
 
@@ -55,10 +58,15 @@ def test_fsx_lustre_ports_are_inside_the_self_rules(run):
     sg_id = run.value
 
     def allowed(typ, port):
-        return any(r["inputs"]["referencedSecurityGroupId"] == sg_id and (
-            r["inputs"]["ipProtocol"] == "-1"
-            or (r["inputs"]["ipProtocol"] == "tcp" and r["inputs"]["fromPort"] <= port <= r["inputs"]["toPort"]))
-            for r in run.of_type(typ) if "referencedSecurityGroupId" in r["inputs"])
+        return any(
+            r["inputs"]["referencedSecurityGroupId"] == sg_id
+            and (
+                r["inputs"]["ipProtocol"] == "-1"
+                or (r["inputs"]["ipProtocol"] == "tcp" and r["inputs"]["fromPort"] <= port <= r["inputs"]["toPort"])
+            )
+            for r in run.of_type(typ)
+            if "referencedSecurityGroupId" in r["inputs"]
+        )
 
     for port in (988, 1018, 1019, 1020, 1021, 1022, 1023):
         assert allowed(IN, port) and allowed(OUT, port)
@@ -67,11 +75,15 @@ def test_fsx_lustre_ports_are_inside_the_self_rules(run):
 def test_nothing_inbound_from_outside(run):
     ingress = run.of_type(IN)
     assert len(ingress) == 1
-    assert all("cidrIpv4" not in r["inputs"] and "cidrIpv6" not in r["inputs"] and "prefixListId" not in r["inputs"]
-               for r in ingress)
+    assert all(
+        "cidrIpv4" not in r["inputs"] and "cidrIpv6" not in r["inputs"] and "prefixListId" not in r["inputs"]
+        for r in ingress
+    )
 
 
 def test_internet_egress_is_https_and_http_only(run):
     internet = [r["inputs"] for r in run.of_type(OUT) if "cidrIpv4" in r["inputs"]]
     assert sorted((r["ipProtocol"], r["fromPort"], r["toPort"], r["cidrIpv4"]) for r in internet) == [
-        ("tcp", 80, 80, "0.0.0.0/0"), ("tcp", 443, 443, "0.0.0.0/0")]
+        ("tcp", 80, 80, "0.0.0.0/0"),
+        ("tcp", 443, 443, "0.0.0.0/0"),
+    ]

@@ -27,16 +27,20 @@ def _bash(tmp_path: Path, script: str, timeout: float = 60) -> subprocess.Comple
         "GPU_CLUSTER_STATE": str(tmp_path / "state"),
         "GC_STEP": "test",
     }
-    return subprocess.run(["bash", "-c", f'set -euo pipefail; . "{COMMON}"; {script}'], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; . "{COMMON}"; {script}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
 def fake_slurmd(tmp_path):
     """A process named like slurmd that ignores SIGTERM, with its direct-mode pid file."""
     (tmp_path / "run").mkdir()
-    proc = subprocess.Popen(["bash", "-c", 'trap "" TERM; exec -a slurmd-stand-in sleep 600'],
-                            start_new_session=True)
+    proc = subprocess.Popen(["bash", "-c", 'trap "" TERM; exec -a slurmd-stand-in sleep 600'], start_new_session=True)
     (tmp_path / "run" / "slurmd.pid").write_text(f"{proc.pid}\n")
     for _ in range(50):  # until exec has replaced bash (cmdline names slurmd)
         if b"slurmd" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():

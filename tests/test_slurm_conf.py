@@ -28,25 +28,31 @@ P5 = CATALOG["p5.48xlarge"]
 # slurmd --conf for every catalog type, with the boot placeholders left in.
 EXPECTED_CONF_ARG = {
     "p4d.24xlarge": "NodeAddr=@NODE_ADDR@ CPUs=96 Boards=1 SocketsPerBoard=2 CoresPerSocket=24 "
-                    "ThreadsPerCore=2 RealMemory=1120665 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p4d.24xlarge",
+    "ThreadsPerCore=2 RealMemory=1120665 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p4d.24xlarge",
     "p4de.24xlarge": "NodeAddr=@NODE_ADDR@ CPUs=96 Boards=1 SocketsPerBoard=2 CoresPerSocket=24 "
-                     "ThreadsPerCore=2 RealMemory=1120665 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p4de.24xlarge",
+    "ThreadsPerCore=2 RealMemory=1120665 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p4de.24xlarge",
     "p5.48xlarge": "NodeAddr=@NODE_ADDR@ CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
-                   "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p5.48xlarge",
+    "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p5.48xlarge",
     "p5e.48xlarge": "NodeAddr=@NODE_ADDR@ CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
-                    "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p5e.48xlarge",
+    "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p5e.48xlarge",
     "p5en.48xlarge": "NodeAddr=@NODE_ADDR@ CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
-                     "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p5en.48xlarge",
+    "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p5en.48xlarge",
     "p6-b200.48xlarge": "NodeAddr=@NODE_ADDR@ CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
-                        "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p6-b200.48xlarge",
+    "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p6-b200.48xlarge",
 }
 EXPECTED_DEF_CPU_PER_GPU = {
-    "p4d.24xlarge": 12, "p4de.24xlarge": 12, "p5.48xlarge": 24,
-    "p5e.48xlarge": 24, "p5en.48xlarge": 24, "p6-b200.48xlarge": 24,
+    "p4d.24xlarge": 12,
+    "p4de.24xlarge": 12,
+    "p5.48xlarge": 24,
+    "p5e.48xlarge": 24,
+    "p5en.48xlarge": 24,
+    "p6-b200.48xlarge": 24,
 }
 # `slurmd -C` on a real p5.48xlarge (aws/aws-parallelcluster#5797, catalog [PC-5797]).
-P5_SLURMD_C = ("NodeName=ip-10-0-0-1 CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
-               "ThreadsPerCore=2 RealMemory=2047961\nUpTime=0-00:10:00")
+P5_SLURMD_C = (
+    "NodeName=ip-10-0-0-1 CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
+    "ThreadsPerCore=2 RealMemory=2047961\nUpTime=0-00:10:00"
+)
 
 
 def test_tables_cover_the_whole_catalog():
@@ -73,11 +79,14 @@ def test_gres_conf_lists_eight_gpus(name):
     assert gres.splitlines()[-1] == "Name=gpu File=/dev/nvidia[0-7]"
 
 
-@pytest.mark.parametrize(("gpus", "lines"), [
-    (0, []),
-    (1, ["Name=gpu File=/dev/nvidia0"]),
-    (4, ["Name=gpu File=/dev/nvidia[0-3]"]),
-])
+@pytest.mark.parametrize(
+    ("gpus", "lines"),
+    [
+        (0, []),
+        (1, ["Name=gpu File=/dev/nvidia0"]),
+        (4, ["Name=gpu File=/dev/nvidia[0-3]"]),
+    ],
+)
 def test_gres_conf_lines_by_gpu_count(gpus, lines):
     assert sc.gres_conf_lines(dataclasses.replace(P5, gpus=gpus)) == lines
 
@@ -86,7 +95,8 @@ def test_gpu_less_profile_has_no_gres_and_no_def_cpu_per_gpu():
     spec = dataclasses.replace(P5, name="local-test", gpus=0)
     assert sc.node_conf_line(spec, "127.0.0.1", "a") == (
         "NodeAddr=127.0.0.1 CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
-        "ThreadsPerCore=2 RealMemory=1992294 Feature=block-a,local-test")
+        "ThreadsPerCore=2 RealMemory=1992294 Feature=block-a,local-test"
+    )
     files = sc.render_slurm_files("demo", "train", spec)
     settings = _settings(files[node_layout.SLURM_CONF_TEMPLATE])
     assert "DefCpuPerGPU" not in settings
@@ -94,11 +104,14 @@ def test_gpu_less_profile_has_no_gres_and_no_def_cpu_per_gpu():
     assert [ln for ln in files["/etc/slurm/gres.conf"].splitlines() if not ln.startswith("#")] == []
 
 
-@pytest.mark.parametrize(("addr", "block", "itype", "tail"), [
-    ("10.0.1.23", "a", None, "Feature=block-a,p5.48xlarge"),
-    ("10.0.1.23", "on-demand", None, "Feature=block-on-demand,p5.48xlarge"),
-    ("10.0.1.23", "blk_2", "p5.48xlarge", "Feature=block-blk_2,p5.48xlarge"),
-])
+@pytest.mark.parametrize(
+    ("addr", "block", "itype", "tail"),
+    [
+        ("10.0.1.23", "a", None, "Feature=block-a,p5.48xlarge"),
+        ("10.0.1.23", "on-demand", None, "Feature=block-on-demand,p5.48xlarge"),
+        ("10.0.1.23", "blk_2", "p5.48xlarge", "Feature=block-blk_2,p5.48xlarge"),
+    ],
+)
 def test_node_conf_line_features(addr, block, itype, tail):
     line = sc.node_conf_line(P5, addr, block, itype)
     assert line.startswith(f"NodeAddr={addr} CPUs=192 ")
@@ -124,6 +137,7 @@ def test_p5_real_memory_below_measured_slurmd_c():
 
 
 # --- slurm.conf ---------------------------------------------------------------------
+
 
 def _conf(spec=P5, cluster="demo", partition="train") -> str:
     return sc.render_slurm_files(cluster, partition, spec)[node_layout.SLURM_CONF_TEMPLATE]
@@ -251,8 +265,12 @@ def test_render_paths_and_headers():
 
 def test_cgroup_conf():
     text = sc.render_slurm_files("demo", "train", P5)["/etc/slurm/cgroup.conf"]
-    assert _body(text) == ["CgroupPlugin=autodetect", "ConstrainCores=yes", "ConstrainDevices=no",
-                           "ConstrainRAMSpace=no"]
+    assert _body(text) == [
+        "CgroupPlugin=autodetect",
+        "ConstrainCores=yes",
+        "ConstrainDevices=no",
+        "ConstrainRAMSpace=no",
+    ]
     v1 = sc.render_slurm_files("demo", "train", P5, cgroup_plugin="cgroup/v1")["/etc/slurm/cgroup.conf"]
     assert _body(v1)[0] == "CgroupPlugin=cgroup/v1"
     with pytest.raises(ValueError):
@@ -263,9 +281,12 @@ def test_plugstack_and_pyxis():
     files = sc.render_slurm_files("demo", "train", P5)
     assert _body(files["/etc/slurm/plugstack.conf"]) == ["include /etc/slurm/plugstack.conf.d/*.conf"]
     assert _body(files["/opt/gpu-cluster/templates/pyxis.conf"]) == ["required /usr/local/lib/slurm/spank_pyxis.so"]
-    other = sc.render_slurm_files("demo", "train", P5, pyxis_plugin_path="/usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so")
+    other = sc.render_slurm_files(
+        "demo", "train", P5, pyxis_plugin_path="/usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so"
+    )
     assert _body(other["/opt/gpu-cluster/templates/pyxis.conf"]) == [
-        "required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so"]
+        "required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so"
+    ]
     with pytest.raises(ValueError):
         sc.render_slurm_files("demo", "train", P5, pyxis_plugin_path="spank_pyxis.so")
 
@@ -273,16 +294,25 @@ def test_plugstack_and_pyxis():
 def test_systemd_and_logind_dropins():
     files = sc.render_slurm_files("demo", "train", P5)
     assert _body(files["/etc/systemd/system/slurmd.service.d/gpu-cluster.conf"]) == [
-        "[Unit]", "RequiresMountsFor=/fsx",
-        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072", "Type=simple",
+        "[Unit]",
+        "RequiresMountsFor=/fsx",
+        "[Service]",
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=131072",
+        "Type=simple",
         "EnvironmentFile=/etc/default/slurmd",
         "ExecStart=",
         'ExecStart=/usr/sbin/slurmd -D -s -Z --conf "${SLURMD_NODE_CONF}" $SLURMD_OPTIONS',
     ]
     assert _body(files["/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf"]) == [
-        "[Unit]", "RequiresMountsFor=/fsx",
-        "[Service]", "LimitMEMLOCK=infinity", "LimitNOFILE=131072", "Type=simple",
-        "User=root", "Group=root",
+        "[Unit]",
+        "RequiresMountsFor=/fsx",
+        "[Service]",
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=131072",
+        "Type=simple",
+        "User=root",
+        "Group=root",
         "ExecStart=",
         "ExecStart=/usr/sbin/slurmctld -D -s $SLURMCTLD_OPTIONS",
     ]
@@ -297,8 +327,9 @@ def test_slurmd_default_carries_the_node_line(name, tmp_path):
     filled = fill_placeholders(text, {"NODE_ADDR": "10.0.7.9", "NODE_BLOCK": "a"})
     env = tmp_path / "slurmd"
     env.write_text(filled)
-    out = subprocess.run(["bash", "-c", f'. "{env}"; printf "%s" "$SLURMD_NODE_CONF"'],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f'. "{env}"; printf "%s" "$SLURMD_NODE_CONF"'], capture_output=True, text=True, check=True
+    ).stdout
     assert out == sc.node_conf_line(CATALOG[name], "10.0.7.9", "a")
 
 
@@ -311,13 +342,20 @@ def test_systemd_dropins_parse(tmp_path, unit):
     # resets), else a stand-in.
     service = tmp_path / f"{unit}.service"
     package_unit = Path("/lib/systemd/system") / f"{unit}.service"
-    service.write_text(package_unit.read_text() if package_unit.exists()
-                       else f"[Unit]\nDescription=test\n[Service]\nType=simple\nExecStart=/bin/true {unit}\n")
+    service.write_text(
+        package_unit.read_text()
+        if package_unit.exists()
+        else f"[Unit]\nDescription=test\n[Service]\nType=simple\nExecStart=/bin/true {unit}\n"
+    )
     drop = tmp_path / f"{unit}.service.d"
     drop.mkdir()
     (drop / "gpu-cluster.conf").write_text(files[f"/etc/systemd/system/{unit}.service.d/gpu-cluster.conf"])
-    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(service)], capture_output=True, text=True,
-                       env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"})
+    r = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(service)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"},
+    )
     problems = [ln for ln in r.stderr.splitlines() if str(tmp_path) in ln]
     assert problems == [], r.stderr
 
@@ -337,10 +375,11 @@ def test_render_does_not_depend_on_node_count_or_block():
     files = sc.render_slurm_files("demo", "train", P5)
     joined = "".join(files.values())
     assert "@MAX_NODES@" in joined
-    assert re.findall(r"block-\S*", joined) == ["block-@NODE_BLOCK@,p5.48xlarge\""]
+    assert re.findall(r"block-\S*", joined) == ['block-@NODE_BLOCK@,p5.48xlarge"']
 
 
 # --- check-slurmd-c.sh ----------------------------------------------------------------
+
 
 @pytest.fixture
 def check_script(tmp_path) -> Path:
@@ -364,27 +403,46 @@ def _run_check(script: Path, tmp_path: Path, slurmd_output: str, rc: int = 0):
 _OK = "NodeName=n CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 ThreadsPerCore=2 RealMemory={mem}\nUpTime=0-00:01:00\n"
 
 
-@pytest.mark.parametrize(("output", "rc", "ok", "reason"), [
-    (P5_SLURMD_C, 0, True, "ok"),
-    (_OK.format(mem=1992294), 0, True, "ok"),  # exactly the configured RealMemory
-    (_OK.format(mem=1992293), 0, False, "RealMemory 1992293 MiB found is below the 1992294 MiB configured"),
-    (_OK.format(mem=2047961).replace("CPUs=192", "CPUs=96"), 0, False, "CPUs differs (96 found, 192 configured)"),
-    (_OK.format(mem=2047961).replace("SocketsPerBoard=2", "SocketsPerBoard=8"), 0, False,
-     "SocketsPerBoard differs (8 found, 2 configured)"),
-    (_OK.format(mem=2047961).replace("CoresPerSocket=48", "CoresPerSocket=12"), 0, False,
-     "CoresPerSocket differs (12 found, 48 configured)"),
-    (_OK.format(mem=2047961).replace("ThreadsPerCore=2", "ThreadsPerCore=1"), 0, False,
-     "ThreadsPerCore differs (1 found, 2 configured)"),
-    (_OK.format(mem=2047961).replace("Boards=1", "Boards=2"), 0, False, "Boards differs (2 found, 1 configured)"),
-    (_OK.format(mem=2047961).replace(" ThreadsPerCore=2", ""), 0, False, "slurmd -C does not report ThreadsPerCore"),
-    (_OK.format(mem="lots"), 0, False, "RealMemory is not a number"),
-    ("slurmd: fatal: something broke\n", 1, False, "slurmd -C failed"),
-])
+@pytest.mark.parametrize(
+    ("output", "rc", "ok", "reason"),
+    [
+        (P5_SLURMD_C, 0, True, "ok"),
+        (_OK.format(mem=1992294), 0, True, "ok"),  # exactly the configured RealMemory
+        (_OK.format(mem=1992293), 0, False, "RealMemory 1992293 MiB found is below the 1992294 MiB configured"),
+        (_OK.format(mem=2047961).replace("CPUs=192", "CPUs=96"), 0, False, "CPUs differs (96 found, 192 configured)"),
+        (
+            _OK.format(mem=2047961).replace("SocketsPerBoard=2", "SocketsPerBoard=8"),
+            0,
+            False,
+            "SocketsPerBoard differs (8 found, 2 configured)",
+        ),
+        (
+            _OK.format(mem=2047961).replace("CoresPerSocket=48", "CoresPerSocket=12"),
+            0,
+            False,
+            "CoresPerSocket differs (12 found, 48 configured)",
+        ),
+        (
+            _OK.format(mem=2047961).replace("ThreadsPerCore=2", "ThreadsPerCore=1"),
+            0,
+            False,
+            "ThreadsPerCore differs (1 found, 2 configured)",
+        ),
+        (_OK.format(mem=2047961).replace("Boards=1", "Boards=2"), 0, False, "Boards differs (2 found, 1 configured)"),
+        (
+            _OK.format(mem=2047961).replace(" ThreadsPerCore=2", ""),
+            0,
+            False,
+            "slurmd -C does not report ThreadsPerCore",
+        ),
+        (_OK.format(mem="lots"), 0, False, "RealMemory is not a number"),
+        ("slurmd: fatal: something broke\n", 1, False, "slurmd -C failed"),
+    ],
+)
 def test_check_slurmd_c(check_script, tmp_path, output, rc, ok, reason):
     r = _run_check(check_script, tmp_path, output, rc)
     first = output.splitlines()[0]
-    configured = ("configured: CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
-                  "ThreadsPerCore=2 RealMemory=1992294")
+    configured = "configured: CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 ThreadsPerCore=2 RealMemory=1992294"
     if ok:
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines() == ["check-slurmd-c: ok", f"  {configured}", f"  slurmd -C:  {first}"]

@@ -46,14 +46,18 @@ pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_why is not None, reason=_wh
 CLUSTER, PARTITION = "oracle", "train"
 
 
-def _config(spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None,
-            cgroup_plugin: str | None = None) -> dict[str, str]:
+def _config(
+    spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None, cgroup_plugin: str | None = None
+) -> dict[str, str]:
     files = sc.render_slurm_files(CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin())
-    conf = fill_placeholders(files[node_layout.SLURM_CONF_TEMPLATE], {
-        "CONTROLLER_HOST": host_short_name(),
-        "CONTROLLER_ADDR": "127.0.0.1",
-        "MAX_NODES": max_node_count(expected_nodes),
-    })
+    conf = fill_placeholders(
+        files[node_layout.SLURM_CONF_TEMPLATE],
+        {
+            "CONTROLLER_HOST": host_short_name(),
+            "CONTROLLER_ADDR": "127.0.0.1",
+            "MAX_NODES": max_node_count(expected_nodes),
+        },
+    )
     gres = files["/etc/slurm/gres.conf"]
     if gres_dir is not None:
         gres = gres.replace("File=/dev/", f"File={gres_dir}/")
@@ -72,8 +76,9 @@ def _sysroots() -> list:
     root = os.environ.get(SYSROOT_ENV)
     if root:
         why = sysroot_problem(Path(root))
-        params.append(pytest.param(Path(root), id="sysroot",
-                                   marks=pytest.mark.skipif(why is not None, reason=why or "")))
+        params.append(
+            pytest.param(Path(root), id="sysroot", marks=pytest.mark.skipif(why is not None, reason=why or ""))
+        )
     return params
 
 
@@ -186,8 +191,9 @@ def test_gpu_node_gres_and_def_cpu_per_gpu(cluster):
         os.mknod(cluster.host_path(dev / f"nvidia{i}"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     # cgroup.conf as rendered for the nodes (autodetect): slurmd must find this host's
     # hierarchy by itself (v1 here, v2 on Ubuntu 24.04).
-    cluster.write_configs(_config(spec, cluster.layout, expected_nodes=2, gres_dir=str(dev),
-                                  cgroup_plugin="autodetect"))
+    cluster.write_configs(
+        _config(spec, cluster.layout, expected_nodes=2, gres_dir=str(dev), cgroup_plugin="autodetect")
+    )
     cluster.start_munged()
     cluster.start_slurmctld()
     line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "on-demand"})

@@ -16,16 +16,25 @@ TAGS = {"GpuClusterName": "c1"}
 
 def _run(fsx: FsxConfig):
     def program():
-        fs = FileSystem("c1", FileSystemArgs(cluster_name="c1", fsx=fsx, subnet_id="subnet-0abc",
-                                             security_group_id="sg-0abc", tags=TAGS))
+        fs = FileSystem(
+            "c1",
+            FileSystemArgs(cluster_name="c1", fsx=fsx, subnet_id="subnet-0abc", security_group_id="sg-0abc", tags=TAGS),
+        )
         return pulumi.Output.all(fs.file_system_id, fs.dns_name, fs.mount_name)
+
     return run_component(program)
 
 
 @pytest.fixture(scope="module")
 def persistent2():
-    return _run(FsxConfig(deployment_type="PERSISTENT_2", storage_capacity_gib=2400, per_unit_storage_throughput=500,
-                          data_repository={"s3_uri": "s3://bucket-1/datasets", "file_system_path": "/data"}))
+    return _run(
+        FsxConfig(
+            deployment_type="PERSISTENT_2",
+            storage_capacity_gib=2400,
+            per_unit_storage_throughput=500,
+            data_repository={"s3_uri": "s3://bucket-1/datasets", "file_system_path": "/data"},
+        )
+    )
 
 
 def test_persistent2_in_cluster_subnet_with_the_node_group(persistent2):
@@ -60,8 +69,14 @@ def test_outputs_endpoint(persistent2):
 
 
 def test_persistent1_uses_import_path():
-    run = _run(FsxConfig(deployment_type="PERSISTENT_1", storage_capacity_gib=1200, per_unit_storage_throughput=200,
-                         data_repository={"s3_uri": "s3://bucket-1/x"}))
+    run = _run(
+        FsxConfig(
+            deployment_type="PERSISTENT_1",
+            storage_capacity_gib=1200,
+            per_unit_storage_throughput=200,
+            data_repository={"s3_uri": "s3://bucket-1/x"},
+        )
+    )
     assert run.custom() == [(FS, "c1-lustre")]
     fs = run.inputs(FS, "c1-lustre")
     assert fs["importPath"] == fs["exportPath"] == "s3://bucket-1/x"
@@ -80,16 +95,20 @@ def _lustre_resource(fsx: FsxConfig):
     captured = {}
 
     def program():
-        fs = FileSystem("c1", FileSystemArgs(cluster_name="c1", fsx=fsx, subnet_id="subnet-0abc",
-                                             security_group_id="sg-0abc", tags=TAGS))
+        fs = FileSystem(
+            "c1",
+            FileSystemArgs(cluster_name="c1", fsx=fsx, subnet_id="subnet-0abc", security_group_id="sg-0abc", tags=TAGS),
+        )
         captured["protect"] = [c for c in _children(fs)][0]._protect
         return fs.file_system_id
+
     run = run_component(program)
     return run.inputs(FS, "c1-lustre"), captured["protect"]
 
 
 def _children(component):
     import pulumi_aws as aws
+
     return [r for r in component._childResources if isinstance(r, aws.fsx.LustreFileSystem)]
 
 
@@ -117,8 +136,9 @@ def test_allow_replace_lifts_protect_for_that_up():
 
 @pytest.mark.parametrize("dt", ["SCRATCH_1", "SCRATCH_2"])
 def test_scratch_has_no_backups_and_no_default_protect(dt):
-    fs, protect = _lustre_resource(FsxConfig(deployment_type=dt, storage_capacity_gib=1200,
-                                             per_unit_storage_throughput=None))
+    fs, protect = _lustre_resource(
+        FsxConfig(deployment_type=dt, storage_capacity_gib=1200, per_unit_storage_throughput=None)
+    )
     assert protect is False
     for key in ("automaticBackupRetentionDays", "dailyAutomaticBackupStartTime", "copyTagsToBackups"):
         assert key not in fs

@@ -21,7 +21,11 @@ def test_step_10_reads_exactly_the_identity_tags():
 
 def test_identity_tags():
     assert tags.identity_tags("c1", "worker", 4, "a") == {
-        "GpuClusterName": "c1", "GpuClusterRole": "worker", "GpuClusterNodes": "4", "GpuClusterBlock": "a"}
+        "GpuClusterName": "c1",
+        "GpuClusterRole": "worker",
+        "GpuClusterNodes": "4",
+        "GpuClusterBlock": "a",
+    }
     with pytest.raises(ValueError, match="role"):
         tags.identity_tags("c1", "login", 4, "a")
 

@@ -29,15 +29,16 @@ URI = "s3://demo-bucket/gpu-cluster/demo/payload-{sha256}.tar.gz"
 
 
 def _render(instance_type: str) -> dict[str, bytes]:
-    cfg = parse_config({
-        "name": "demo",
-        "instance_type": instance_type,
-        "network": {"availability_zone": "us-east-2b"},
-        "capacity": {"nodes": 4},
-    })
+    cfg = parse_config(
+        {
+            "name": "demo",
+            "instance_type": instance_type,
+            "network": {"availability_zone": "us-east-2b"},
+            "capacity": {"nodes": 4},
+        }
+    )
     nf = render_userdata(cfg, CATALOG[instance_type], FSX, URI)
-    out = {"user-data.gz": nf.user_data,
-           "s3-payload.sha256": (nf.s3_payload[0] + "\n").encode()}
+    out = {"user-data.gz": nf.user_data, "s3-payload.sha256": (nf.s3_payload[0] + "\n").encode()}
     out.update({f"files{path}": content for path, content in nf.files.items()})
     return out
 
@@ -50,8 +51,11 @@ def _common() -> dict[str, bytes]:
     """Node files every catalog type renders identically."""
     renders = [_render(t) for t in SUPPORTED_INSTANCE_TYPES]
     first = renders[0]
-    return {rel: content for rel, content in first.items()
-            if rel.startswith("files/") and all(r.get(rel) == content for r in renders[1:])}
+    return {
+        rel: content
+        for rel, content in first.items()
+        if rel.startswith("files/") and all(r.get(rel) == content for r in renders[1:])
+    }
 
 
 def _write_tree(root: Path, files: dict[str, bytes]) -> None:

@@ -32,13 +32,15 @@ URI = "s3://demo-bucket/gpu-cluster/demo/payload-{sha256}.tar.gz"
 
 
 def config(nodes: int = 2, instance_type: str = "p5.48xlarge", **extra):
-    return parse_config({
-        "name": "demo",
-        "instance_type": instance_type,
-        "network": {"availability_zone": "us-east-2b"},
-        "capacity": {"nodes": nodes},
-        **extra,
-    })
+    return parse_config(
+        {
+            "name": "demo",
+            "instance_type": instance_type,
+            "network": {"availability_zone": "us-east-2b"},
+            "capacity": {"nodes": nodes},
+            **extra,
+        }
+    )
 
 
 @cache
@@ -63,6 +65,7 @@ def write_files(user_data: bytes) -> dict[str, tuple[bytes, str, str]]:
 
 
 # --- size, stability, node-count independence ------------------------------------------
+
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_INSTANCE_TYPES)
 def test_size_and_node_count_independence(instance_type):
@@ -93,6 +96,7 @@ def test_shape_fixed_boundary_two_parts():
 
 # --- every node file: the two inline ones in write_files, the rest in the payload ------
 
+
 def _payload_members(tar: bytes) -> dict[str, tuple[bytes, int]]:
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         return {"/" + m.name: (t.extractfile(m).read(), m.mode) for m in t.getmembers()}
@@ -111,18 +115,33 @@ def test_node_files_arrive_with_their_modes():
         else:
             assert payload[path] == (content, 0o755 if executable else 0o644), path
     steps = sorted(p.rsplit("/", 1)[1] for p in nf.files if p.startswith(f"{layout.STEPS}/"))
-    assert steps == ["10-identity.sh", "20-packages.sh", "30-fsx.sh", "40-munge.sh", "50-slurm.sh",
-                     "60-enroot.sh", "70-pyxis.sh", "80-limits.sh", "85-services.sh", "90-jobs.sh",
-                     "95-handoff.sh"]
-    for needed in ("/etc/gpu-cluster/cluster.env", "/opt/gpu-cluster/lib/common.sh",
-                   "/opt/gpu-cluster/templates/slurm.conf", "/opt/gpu-cluster/templates/slurmd.default",
-                   "/opt/gpu-cluster/validation/first-boot.sbatch",
-                   "/opt/gpu-cluster/templates/enroot-tmpfiles.conf",
-                   "/etc/security/limits.d/90-gpu-cluster-memlock.conf"):
+    assert steps == [
+        "10-identity.sh",
+        "20-packages.sh",
+        "30-fsx.sh",
+        "40-munge.sh",
+        "50-slurm.sh",
+        "60-enroot.sh",
+        "70-pyxis.sh",
+        "80-limits.sh",
+        "85-services.sh",
+        "90-jobs.sh",
+        "95-handoff.sh",
+    ]
+    for needed in (
+        "/etc/gpu-cluster/cluster.env",
+        "/opt/gpu-cluster/lib/common.sh",
+        "/opt/gpu-cluster/templates/slurm.conf",
+        "/opt/gpu-cluster/templates/slurmd.default",
+        "/opt/gpu-cluster/validation/first-boot.sbatch",
+        "/opt/gpu-cluster/templates/enroot-tmpfiles.conf",
+        "/etc/security/limits.d/90-gpu-cluster-memlock.conf",
+    ):
         assert needed in nf.files
 
 
 # --- the S3 payload ------------------------------------------------------------------------
+
 
 def test_payload_is_checked_and_content_addressed():
     nf = rendered()
@@ -150,8 +169,10 @@ def fetch_env(tmp_path):
     bindir.mkdir()
     aws = bindir / "aws"
     # aws s3 cp [options] SRC DEST: the last two arguments
-    aws.write_text(f'#!/bin/bash\n[ "$1 $2" = "s3 cp" ] || exit 2\nsrc=${{@: -2:1}}\ndst=${{@: -1}}\n'
-                   f'echo "$@" >>"{tmp_path}/aws.calls"\ncp "{tmp_path}/store/${{src#s3://bucket/}}" "$dst"\n')
+    aws.write_text(
+        f'#!/bin/bash\n[ "$1 $2" = "s3 cp" ] || exit 2\nsrc=${{@: -2:1}}\ndst=${{@: -1}}\n'
+        f'echo "$@" >>"{tmp_path}/aws.calls"\ncp "{tmp_path}/store/${{src#s3://bucket/}}" "$dst"\n'
+    )
     aws.chmod(0o755)
     fetch = tmp_path / "gpu-cluster-fetch"
     fetch.write_bytes(nf.files[layout.FETCH])
@@ -193,6 +214,7 @@ def test_fetch_file_uri_for_local_cluster(fetch_env):
 
 # --- cloud-init schema (oracle) ------------------------------------------------------------
 
+
 @pytest.mark.skipif(shutil.which("cloud-init") is None, reason="cloud-init not installed (apt-get install cloud-init)")
 def test_cloud_config_schema(tmp_path):
     nf = rendered()
@@ -204,8 +226,11 @@ def test_cloud_config_schema(tmp_path):
 
 # --- cluster.env and job templates -------------------------------------------------------
 
+
 def _env_of(text: bytes) -> dict[str, str]:
-    out = subprocess.run(["bash", "-c", "set -a; . /dev/stdin; env -0"], input=text, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", "set -a; . /dev/stdin; env -0"], input=text, capture_output=True, check=True
+    ).stdout
     return dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
 
 
@@ -233,7 +258,9 @@ def test_training_job_template(instance_type, cpus):
     assert "#SBATCH --gres=gpu:8" in lines and "#SBATCH --ntasks-per-node=8" in lines
     assert "#SBATCH --partition=train" in lines
     assert "#SBATCH --time=04:00:00" in lines  # a Capacity Block's end reservation needs a limit
-    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)' in lines  # reads all: no SIGPIPE under pipefail
+    assert (
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)' in lines
+    )  # reads all: no SIGPIPE under pipefail
     assert "srun --export=ALL,MASTER_ADDR=" in job and "--container-image=" in job
     host = nf.files["/opt/gpu-cluster/templates/jobs/nccl-host.sbatch"].decode()
     assert f"#SBATCH --cpus-per-task={cpus}" in host and "--mpi=pmix --export=ALL," in host
@@ -242,6 +269,7 @@ def test_training_job_template(instance_type, cpus):
 
 def test_job_template_without_gpus_has_no_gres():
     from dataclasses import replace
+
     spec = replace(CATALOG["p5.48xlarge"], name="local.test", gpus=0)
     nf = render_userdata(config(), spec, FSX, URI)
     job = nf.files["/opt/gpu-cluster/templates/jobs/train-multinode.sbatch"].decode()
@@ -250,10 +278,12 @@ def test_job_template_without_gpus_has_no_gres():
 
 # --- every shipped script: bash -n and shellcheck ------------------------------------------
 
+
 def _scripts():
     nf = rendered()
-    return {p: c for p, c in nf.files.items() if c.startswith((b"#!/usr/bin/env bash", b"#!/bin/bash"))
-            or p.endswith(".sh")}
+    return {
+        p: c for p, c in nf.files.items() if c.startswith((b"#!/usr/bin/env bash", b"#!/bin/bash")) or p.endswith(".sh")
+    }
 
 
 SCRIPTS = _scripts()
@@ -278,8 +308,11 @@ def test_script_bash_n(path, tmp_path):
 def test_shellcheck_boot_templates():
     # The template tree keeps the layout the `source` directives point at.
     tree = Path(render.TEMPLATE_DIR)
-    files = sorted(str(p) for p in tree.rglob("*") if p.is_file()
-                   and (p.parent.name in ("bin", "steps", "lib") or p.suffix == ".sh"))
+    files = sorted(
+        str(p)
+        for p in tree.rglob("*")
+        if p.is_file() and (p.parent.name in ("bin", "steps", "lib") or p.suffix == ".sh")
+    )
     r = subprocess.run(["shellcheck", "-x", "-s", "bash", *files], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
 
@@ -300,19 +333,36 @@ def test_shellcheck_rendered_scripts(tmp_path):
 def test_responder_unit_verifies(tmp_path):
     unit = "/etc/systemd/system/gpu-cluster-munge-responder.service"
     (tmp_path / "gpu-cluster-munge-responder.service").write_bytes(rendered().files[unit])
-    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "gpu-cluster-munge-responder.service")],
-                       capture_output=True, text=True, env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"})
+    r = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / "gpu-cluster-munge-responder.service")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"},
+    )
     # The program itself lives on the node, not on this host.
-    problems = [ln for ln in (r.stdout + r.stderr).splitlines()
-                if "gpu-cluster-munge-responder" in ln and "is not executable" not in ln]
+    problems = [
+        ln
+        for ln in (r.stdout + r.stderr).splitlines()
+        if "gpu-cluster-munge-responder" in ln and "is not executable" not in ln
+    ]
     assert problems == [], r.stdout + r.stderr
 
 
 def test_bytes_do_not_depend_on_blocks_or_reservations():
-    blocks = [{"name": "a", "reservation_id": "cr-0123456789abcdef0", "instance_count": 64,
-               "availability_zone": "us-east-2b"},
-              {"name": "b", "reservation_id": "cr-0fedcba9876543210", "instance_count": 64,
-               "availability_zone": "us-east-2b"}]
+    blocks = [
+        {
+            "name": "a",
+            "reservation_id": "cr-0123456789abcdef0",
+            "instance_count": 64,
+            "availability_zone": "us-east-2b",
+        },
+        {
+            "name": "b",
+            "reservation_id": "cr-0fedcba9876543210",
+            "instance_count": 64,
+            "availability_zone": "us-east-2b",
+        },
+    ]
     cfg = config(100, capacity={"nodes": 100, "capacity_blocks": blocks})
     nf = render_userdata(cfg, CATALOG["p5.48xlarge"], FSX, URI)
     assert nf.user_data == rendered().user_data and nf.s3_payload == rendered().s3_payload

@@ -1,4 +1,5 @@
 """The rendered validation job, its report logic, and the gate run against fake Slurm."""
+
 import json
 import os
 import re
@@ -14,21 +15,36 @@ from nodeside import verdict
 from userdata.validation_files import compact_python, validation_files
 
 DATA = Path(__file__).parent / "data" / "verdict"
-SCRIPTS = ("/opt/gpu-cluster/validation/gate.sh", "/opt/gpu-cluster/validation/first-boot.sbatch",
-           "/opt/gpu-cluster/bin/gpu-cluster-validation")
+SCRIPTS = (
+    "/opt/gpu-cluster/validation/gate.sh",
+    "/opt/gpu-cluster/validation/first-boot.sbatch",
+    "/opt/gpu-cluster/bin/gpu-cluster-validation",
+)
 
 # catalog figures per node, as userdata/render.py's validation_ctx passes them
 TYPES = {
-    name: dict(gpus=CATALOG[name].gpus, vcpus=CATALOG[name].vcpus, cpus_per_gpu=CATALOG[name].cpus_per_gpu,
-               efa_count=CATALOG[name].efa_count, efa_gbps=CATALOG[name].efa_gbps)
+    name: dict(
+        gpus=CATALOG[name].gpus,
+        vcpus=CATALOG[name].vcpus,
+        cpus_per_gpu=CATALOG[name].cpus_per_gpu,
+        efa_count=CATALOG[name].efa_count,
+        efa_gbps=CATALOG[name].efa_gbps,
+    )
     for name in ("p5.48xlarge", "p4d.24xlarge", "p6-b200.48xlarge")
 }
 
 
 def ctx(instance_type="p5.48xlarge", **over):
-    c = dict(cluster_name="demo", instance_type=instance_type, partition="train",
-             fsx_root="/fsx/.gpu-cluster/demo", container_image="/fsx/images/pytorch.sqsh",
-             time_limit_minutes=60, baseline_margin=0.1, **TYPES.get(instance_type, {}))
+    c = dict(
+        cluster_name="demo",
+        instance_type=instance_type,
+        partition="train",
+        fsx_root="/fsx/.gpu-cluster/demo",
+        container_image="/fsx/images/pytorch.sqsh",
+        time_limit_minutes=60,
+        baseline_margin=0.1,
+        **TYPES.get(instance_type, {}),
+    )
     c.update(over)
     return c
 
@@ -45,8 +61,11 @@ def test_rendering_is_byte_stable():
 
 @pytest.mark.parametrize("itype", sorted(TYPES) + ["local"])
 def test_scripts_pass_bash_n_and_shellcheck(itype, tmp_path):
-    c = ctx(itype) if itype in TYPES else ctx(itype, gpus=0, vcpus=2, cpus_per_gpu=2, efa_count=0, efa_gbps=0,
-                                              container_image="")
+    c = (
+        ctx(itype)
+        if itype in TYPES
+        else ctx(itype, gpus=0, vcpus=2, cpus_per_gpu=2, efa_count=0, efa_gbps=0, container_image="")
+    )
     files = validation_files(c)
     for path in SCRIPTS:
         f = tmp_path / Path(path).name
@@ -87,8 +106,7 @@ def test_every_test_launch_is_time_limited():
         if line.lstrip().startswith(("#", "skip ")):
             continue  # comments and skip reasons only mention srun
         if re.search(r"\bsrun\b", line) and "--help" not in line and "srun --mpi=list" not in line:
-            ok = "timeout" in line or lines[i - 1].rstrip().endswith("-- \\") or \
-                line.lstrip().startswith("--")
+            ok = "timeout" in line or lines[i - 1].rstrip().endswith("-- \\") or line.lstrip().startswith("--")
             assert ok, f"unbounded srun on line {i + 1}: {line}"
     assert "run_step pmix" in gate and "timeout --kill-after=30" in gate
 
@@ -135,8 +153,7 @@ def test_compact_python_keeps_code_drops_docs():
     assert ns["f"]() == 1 and "doc" not in body and "why" not in body
 
 
-@pytest.mark.parametrize("op,world", [("all_reduce", 16), ("all_to_all", 16), ("all_reduce", 2),
-                                      ("all_to_all", 8)])
+@pytest.mark.parametrize("op,world", [("all_reduce", 16), ("all_to_all", 16), ("all_reduce", 2), ("all_to_all", 8)])
 def test_torch_busbw_matches_nccl_tests_formula(op, world):
     # exec the rendered script without torch: torch is only imported inside main()
     ns = {"__name__": "bench"}
@@ -148,6 +165,7 @@ def test_torch_busbw_matches_nccl_tests_formula(op, world):
 
 def test_total_gzip_size_is_reported_and_bounded():
     import gzip
+
     files = validation_files(ctx())
     blob = "".join(files[k] for k in sorted(files)).encode()
     # the whole user data is limited to 16 KB; the gate must leave most of it to the boot
@@ -156,51 +174,78 @@ def test_total_gzip_size_is_reported_and_bounded():
 
 # --- report logic --------------------------------------------------------------------
 
+
 def test_pairs_two_nodes_ring_and_blocks():
     assert vr.pairs(["a", "b"], {}) == [("a", "b", "within:default")]
-    assert vr.pairs(["a", "b", "c"], {}) == [("a", "b", "within:default"), ("b", "c", "within:default"),
-                                             ("c", "a", "within:default")]
+    assert vr.pairs(["a", "b", "c"], {}) == [
+        ("a", "b", "within:default"),
+        ("b", "c", "within:default"),
+        ("c", "a", "within:default"),
+    ]
     feats = vr.parse_features("a block-x,p5.48xlarge\nb block-x\nc block-y\nd block-y\n")
     assert vr.pairs(["a", "b", "c", "d"], feats) == [
-        ("a", "b", "within:x"), ("c", "d", "within:y"), ("a", "c", "across:x/y")]
+        ("a", "b", "within:x"),
+        ("c", "d", "within:y"),
+        ("a", "c", "across:x/y"),
+    ]
 
 
 def rec(step, nodes, verdict_, kind="within:default", value=None, figure="algbw", reasons=None):
-    return {"step": step, "nodes": nodes, "kind": kind, "verdict": verdict_, "value": value,
-            "figure": figure, "reasons": reasons or ([] if verdict_ == "GO" else ["slow"])}
+    return {
+        "step": step,
+        "nodes": nodes,
+        "kind": kind,
+        "verdict": verdict_,
+        "value": value,
+        "figure": figure,
+        "reasons": reasons or ([] if verdict_ == "GO" else ["slow"]),
+    }
 
 
 def test_blame_names_the_node_whose_every_pair_fails():
-    ring = [rec("all_reduce", ["a", "b"], "GO"), rec("all_reduce", ["b", "c"], "NO-GO"),
-            rec("all_reduce", ["c", "a"], "NO-GO")]
+    ring = [
+        rec("all_reduce", ["a", "b"], "GO"),
+        rec("all_reduce", ["b", "c"], "NO-GO"),
+        rec("all_reduce", ["c", "a"], "NO-GO"),
+    ]
     assert vr.blame(ring) == {"c": "all_reduce NO-GO with b: slow"}
 
 
 def test_blame_nobody_when_everything_fails_or_only_across_blocks():
     assert vr.blame([rec("all_reduce", ["a", "b"], "NO-GO")]) == {}
-    across = [rec("all_reduce", ["a", "b"], "GO", kind="within:x"),
-              rec("all_reduce", ["a", "c"], "NO-GO", kind="across:x/y")]
+    across = [
+        rec("all_reduce", ["a", "b"], "GO", kind="within:x"),
+        rec("all_reduce", ["a", "c"], "NO-GO", kind="across:x/y"),
+    ]
     assert vr.blame(across) == {}
 
 
 def test_pair_groups_report_within_and_across_blocks_separately():
-    recs = [rec("all_reduce", ["a", "b"], "GO", kind="within:x", value=370.0),
-            rec("all_reduce", ["c", "d"], "GO", kind="within:y", value=360.0),
-            rec("all_reduce", ["a", "c"], "NO-GO", kind="across:x/y", value=200.0),
-            rec("pingpong", ["a", "b"], "SKIPPED", kind="within:x")]
+    recs = [
+        rec("all_reduce", ["a", "b"], "GO", kind="within:x", value=370.0),
+        rec("all_reduce", ["c", "d"], "GO", kind="within:y", value=360.0),
+        rec("all_reduce", ["a", "c"], "NO-GO", kind="across:x/y", value=200.0),
+        rec("pingpong", ["a", "b"], "SKIPPED", kind="within:x"),
+    ]
     assert vr.groups(recs) == {
         "within:x": {"all_reduce": {"GO": 1, "NO-GO": 0, "median": 370.0}},
         "within:y": {"all_reduce": {"GO": 1, "NO-GO": 0, "median": 360.0}},
-        "across:x/y": {"all_reduce": {"GO": 0, "NO-GO": 1, "median": 200.0}}}
+        "across:x/y": {"all_reduce": {"GO": 0, "NO-GO": 1, "median": 200.0}},
+    }
 
 
 def test_blame_single_node_failure():
-    assert vr.blame([rec("single", ["a"], "NO-GO", kind="", reasons=["Out of bounds values : 2 FAILED"])]) \
-        == {"a": "single-node all_reduce NO-GO: Out of bounds values : 2 FAILED"}
+    assert vr.blame([rec("single", ["a"], "NO-GO", kind="", reasons=["Out of bounds values : 2 FAILED"])]) == {
+        "a": "single-node all_reduce NO-GO: Out of bounds values : 2 FAILED"
+    }
 
 
-CFG = {"cluster_name": "demo", "instance_type": "p5.48xlarge", "baseline_margin": 0.1,
-       "thresholds": verdict.thresholds(3200, 8, 32)}
+CFG = {
+    "cluster_name": "demo",
+    "instance_type": "p5.48xlarge",
+    "baseline_margin": 0.1,
+    "thresholds": verdict.thresholds(3200, 8, 32),
+}
 
 
 def test_limit_is_catalog_then_tightened_by_baseline():
@@ -245,8 +290,12 @@ def write_steps(run_dir, records):
 
 def test_build_records_baseline_then_compares_and_drains(tmp_path):
     root = tmp_path / "validation"
-    good = [rec("pmix", ["a", "b", "c"], "GO", kind=""), rec("all_reduce", ["a", "b"], "GO", value=370.0),
-            rec("all_reduce", ["b", "c"], "GO", value=360.0), rec("all_reduce", ["c", "a"], "GO", value=380.0)]
+    good = [
+        rec("pmix", ["a", "b", "c"], "GO", kind=""),
+        rec("all_reduce", ["a", "b"], "GO", value=370.0),
+        rec("all_reduce", ["b", "c"], "GO", value=360.0),
+        rec("all_reduce", ["c", "a"], "GO", value=380.0),
+    ]
     write_steps(root / "r1", good)
     first = vr.build(CFG, str(root / "r1"), str(root), now="t1")
     assert first["verdict"] == "GO" and first["baseline"]["recorded"]
@@ -254,15 +303,27 @@ def test_build_records_baseline_then_compares_and_drains(tmp_path):
     assert base["figures"] == {"all_reduce.algbw": 370.0} and base["run_id"] == "r1"
     assert (root / "latest").read_text() == "r1\n"
 
-    bad = good[:2] + [rec("all_reduce", ["b", "c"], "NO-GO", value=100.0, reasons=["below baseline"]),
-                      rec("all_reduce", ["c", "a"], "NO-GO", value=100.0, reasons=["below baseline"])]
+    bad = good[:2] + [
+        rec("all_reduce", ["b", "c"], "NO-GO", value=100.0, reasons=["below baseline"]),
+        rec("all_reduce", ["c", "a"], "NO-GO", value=100.0, reasons=["below baseline"]),
+    ]
     write_steps(root / "r2", bad)
     fake = FakeRun()
     second = vr.build(CFG, str(root / "r2"), str(root), do_drain=True, runner=fake, now="t2")
     assert second["verdict"] == "NO-GO" and second["baseline"] == {
-        "path": str(root / "baseline.json"), "run_id": "r1", "applied": True}
-    assert fake.calls == [["scontrol", "update", "nodename=c", "state=drain",
-                           "reason=gpu-cluster validation: all_reduce NO-GO with b: below baseline"]]
+        "path": str(root / "baseline.json"),
+        "run_id": "r1",
+        "applied": True,
+    }
+    assert fake.calls == [
+        [
+            "scontrol",
+            "update",
+            "nodename=c",
+            "state=drain",
+            "reason=gpu-cluster validation: all_reduce NO-GO with b: below baseline",
+        ]
+    ]
     assert json.loads((root / "baseline.json").read_text())["run_id"] == "r1"  # kept
     summary = (root / "r2" / "summary.txt").read_text()
     assert summary.startswith("gpu-cluster validation r2: NO-GO\n")
@@ -275,13 +336,15 @@ def test_gpu_cluster_whose_gpu_steps_never_ran_is_nogo(tmp_path):
     root = tmp_path / "validation"
     skipped = [rec("pmix", ["a", "b"], "GO", kind="")] + [
         rec(step, ["a", "b"], "SKIPPED", reasons=["no nccl-tests directory under /usr/local"])
-        for step in ("single", "all_reduce", "alltoall", "pingpong")]
+        for step in ("single", "all_reduce", "alltoall", "pingpong")
+    ]
     write_steps(root / "r", skipped)
     r = vr.build({**CFG, "gpus": 8}, str(root / "r"), str(root), now="t")
     assert r["verdict"] == "NO-GO"
     assert r["reasons"] == [
         f"{step} never ran (every attempt was skipped, see above): a p5.48xlarge cluster is not validated until it does"
-        for step in ("single", "all_reduce", "alltoall", "pingpong")]
+        for step in ("single", "all_reduce", "alltoall", "pingpong")
+    ]
     assert not (root / "baseline.json").exists()
     # The same records on a profile without GPUs (the local cluster) are GO with the skips listed.
     write_steps(root / "r0", skipped)
@@ -310,8 +373,16 @@ esac
 
 
 def fake_gate(tmp_path, mpi, image=""):
-    c = ctx("local", gpus=0, vcpus=2, cpus_per_gpu=2, efa_count=0, efa_gbps=0, container_image=image,
-            fsx_root=str(tmp_path / "fsx"))
+    c = ctx(
+        "local",
+        gpus=0,
+        vcpus=2,
+        cpus_per_gpu=2,
+        efa_count=0,
+        efa_gbps=0,
+        container_image=image,
+        fsx_root=str(tmp_path / "fsx"),
+    )
     base = tmp_path / "opt"
     for path, content in validation_files(c).items():
         f = base / path.lstrip("/").replace("opt/gpu-cluster/", "", 1)
@@ -324,27 +395,43 @@ def fake_gate(tmp_path, mpi, image=""):
         (fakebin / name).chmod(0o755)
     if shutil.which("nvidia-smi"):
         pytest.skip("this host has nvidia-smi: the CPU-only path is not what runs")
-    env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", SLURM_JOB_ID="42",
-               SLURM_JOB_NODELIST="n[1-2]", FAKE_MPI=mpi, FAKE_LOG=str(tmp_path / "scontrol.log"))
-    proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        PATH=f"{fakebin}:{os.environ['PATH']}",
+        SLURM_JOB_ID="42",
+        SLURM_JOB_NODELIST="n[1-2]",
+        FAKE_MPI=mpi,
+        FAKE_LOG=str(tmp_path / "scontrol.log"),
+    )
+    proc = subprocess.run(
+        ["bash", str(base / "validation" / "gate.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
     root = tmp_path / "fsx" / "validation"
     run_id = (root / "latest").read_text().strip()
     return proc, json.loads((root / run_id / "report.json").read_text()), run_id
 
 
 # srun without Pyxis: the container step is skipped for either reason, the rest runs
-@pytest.mark.parametrize("image,reason", [
-    ("", "no container_image configured"),
-    ("/fsx/images/pytorch.sqsh", "pyxis not loaded: srun --help has no --container-image"),
-])
+@pytest.mark.parametrize(
+    "image,reason",
+    [
+        ("", "no container_image configured"),
+        ("/fsx/images/pytorch.sqsh", "pyxis not loaded: srun --help has no --container-image"),
+    ],
+)
 def test_gate_on_cpu_only_cluster_runs_pmix_and_skips_the_rest(tmp_path, image, reason):
     proc, report, run_id = fake_gate(tmp_path, "pmix", image)
     assert proc.returncode == 0, proc.stderr
     assert run_id.endswith("-42") and report["nodes"] == ["n1", "n2"]
     steps = [(r["step"], r["verdict"]) for r in report["steps"]]
-    assert steps == [("container", "SKIPPED"), ("pmix", "GO"), ("single", "SKIPPED"), ("all_reduce", "SKIPPED"),
-                     ("torch_all_reduce", "SKIPPED"), ("pingpong", "SKIPPED")]
+    assert steps == [
+        ("container", "SKIPPED"),
+        ("pmix", "GO"),
+        ("single", "SKIPPED"),
+        ("all_reduce", "SKIPPED"),
+        ("torch_all_reduce", "SKIPPED"),
+        ("pingpong", "SKIPPED"),
+    ]
     assert report["steps"][0]["reasons"] == [reason] and report["steps"][0]["nodes"] == ["n1", "n2"]
     assert report["steps"][2]["reasons"][0].startswith("no nvidia-smi or no GPU on")
     assert report["verdict"] == "GO" and not (tmp_path / "fsx" / "validation" / "baseline.json").exists()
@@ -361,8 +448,9 @@ def test_gate_without_pmix_stops_and_is_nogo(tmp_path):
 def test_status_command_reads_latest(tmp_path):
     fake_gate(tmp_path, "pmix")
     cfg = tmp_path / "opt" / "validation" / "config.json"
-    out = subprocess.run(["python3", "-m", "nodeside.validation_report", "--config", str(cfg), "status"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["python3", "-m", "nodeside.validation_report", "--config", str(cfg), "status"], capture_output=True, text=True
+    )
     assert out.returncode == 0
     assert re.match(r"gpu-cluster validation \d{8}T\d{6}Z-42: GO\n", out.stdout)
     assert "SKIPPED single" in out.stdout
@@ -441,8 +529,13 @@ def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
         f.write_text(content.replace("/opt/gpu-cluster", str(base)))
     fakebin = tmp_path / "bin"
     fakebin.mkdir()
-    for name, body in (("srun", FAKE_GPU_SRUN), ("scontrol", FAKE_GPU_SCONTROL), ("sinfo", FAKE_SINFO),
-                       ("nvidia-smi", "#!/bin/sh\nexit 0\n"), ("fi_pingpong", "#!/bin/sh\nexit 0\n")):
+    for name, body in (
+        ("srun", FAKE_GPU_SRUN),
+        ("scontrol", FAKE_GPU_SCONTROL),
+        ("sinfo", FAKE_SINFO),
+        ("nvidia-smi", "#!/bin/sh\nexit 0\n"),
+        ("fi_pingpong", "#!/bin/sh\nexit 0\n"),
+    ):
         (fakebin / name).write_text(body)
         (fakebin / name).chmod(0o755)
     for cuda in ("12.8", "13.2"):  # two CUDA builds: the newest is used
@@ -451,25 +544,48 @@ def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
         for exe in ("all_reduce_perf", "alltoall_perf"):
             (d / exe).write_text("")
             (d / exe).chmod(0o755)
-    env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", SLURM_JOB_ID="7",
-               SLURM_JOB_NODELIST="n[1-4]", FAKE_BAD="n3", FAKE_LOG=str(tmp_path / "calls.log"),
-               DATA=str(DATA), VALIDATION_CUDA_ROOT=str(tmp_path / "usr"), VALIDATION_PINGPONG_SERVER_WAIT="0")
-    proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        PATH=f"{fakebin}:{os.environ['PATH']}",
+        SLURM_JOB_ID="7",
+        SLURM_JOB_NODELIST="n[1-4]",
+        FAKE_BAD="n3",
+        FAKE_LOG=str(tmp_path / "calls.log"),
+        DATA=str(DATA),
+        VALIDATION_CUDA_ROOT=str(tmp_path / "usr"),
+        VALIDATION_PINGPONG_SERVER_WAIT="0",
+    )
+    proc = subprocess.run(
+        ["bash", str(base / "validation" / "gate.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
     root = tmp_path / "fsx" / "validation"
     report = json.loads((root / (root / "latest").read_text().strip() / "report.json").read_text())
     got = [(r["step"], "+".join(r["nodes"]), r["verdict"]) for r in report["steps"]]
-    assert got[:6] == [("container", "n1+n2+n3+n4", "GO"), ("pmix", "n1+n2+n3+n4", "GO"), ("single", "n1", "GO"),
-                       ("single", "n2", "GO"), ("single", "n3", "GO"), ("single", "n4", "GO")], proc.stdout + proc.stderr
+    assert got[:6] == [
+        ("container", "n1+n2+n3+n4", "GO"),
+        ("pmix", "n1+n2+n3+n4", "GO"),
+        ("single", "n1", "GO"),
+        ("single", "n2", "GO"),
+        ("single", "n3", "GO"),
+        ("single", "n4", "GO"),
+    ], proc.stdout + proc.stderr
     # the image's own hostname answers from every node (the fake srun plays Pyxis)
     assert report["steps"][0]["notes"] == ["n1", "n2", "n3", "n4"]
     host = [g for g in got if g[0] in ("all_reduce", "alltoall")]
-    assert host == [("all_reduce", "n1+n2", "GO"), ("alltoall", "n1+n2", "GO"),
-                    ("all_reduce", "n2+n3", "NO-GO"), ("alltoall", "n2+n3", "GO"),
-                    ("all_reduce", "n3+n4", "NO-GO"), ("alltoall", "n3+n4", "GO"),
-                    ("all_reduce", "n4+n1", "GO"), ("alltoall", "n4+n1", "GO")]
+    assert host == [
+        ("all_reduce", "n1+n2", "GO"),
+        ("alltoall", "n1+n2", "GO"),
+        ("all_reduce", "n2+n3", "NO-GO"),
+        ("alltoall", "n2+n3", "GO"),
+        ("all_reduce", "n3+n4", "NO-GO"),
+        ("alltoall", "n3+n4", "GO"),
+        ("all_reduce", "n4+n1", "GO"),
+        ("alltoall", "n4+n1", "GO"),
+    ]
     assert [g for g in got if g[0].startswith("torch")] == [
-        ("torch_all_reduce", "n1+n2", "GO"), ("torch_all_to_all", "n1+n2", "GO")]
+        ("torch_all_reduce", "n1+n2", "GO"),
+        ("torch_all_to_all", "n1+n2", "GO"),
+    ]
     assert [g for g in got if g[0] == "pingpong"] == [("pingpong", "n1+n2", "GO"), ("pingpong", "n4+n1", "GO")]
     assert report["verdict"] == "NO-GO"
     assert set(report["blamed_nodes"]) == {"n3"}

@@ -1,4 +1,5 @@
 """The verdict engine on real logs (tests/data/verdict/SOURCES.md says where each is from)."""
+
 import json
 import subprocess
 import sys
@@ -22,11 +23,15 @@ def reasons(r):
 
 # --- thresholds ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("efa_gbps,gpus,nics,ar,a2a", [
-    (3200, 8, 32, 240.0, 60.0),   # p5/p5e: 400 GB/s per node, 50 GB/s per GPU
-    (3200, 8, 8, 240.0, 60.0),    # p6-b200: same bandwidth over 8 NICs
-    (400, 8, 4, 30.0, 7.5),       # p4d/p4de: 50 GB/s per node
-])
+
+@pytest.mark.parametrize(
+    "efa_gbps,gpus,nics,ar,a2a",
+    [
+        (3200, 8, 32, 240.0, 60.0),  # p5/p5e: 400 GB/s per node, 50 GB/s per GPU
+        (3200, 8, 8, 240.0, 60.0),  # p6-b200: same bandwidth over 8 NICs
+        (400, 8, 4, 30.0, 7.5),  # p4d/p4de: 50 GB/s per node
+    ],
+)
 def test_thresholds_per_instance(efa_gbps, gpus, nics, ar, a2a):
     t = verdict.thresholds(efa_gbps, gpus, nics)
     assert (t["all_reduce_min_algbw"], t["alltoall_min_algbw"]) == (ar, a2a)
@@ -42,19 +47,24 @@ def test_thresholds_separate_seed_reference_from_seed_failure_modes():
     assert 8.7 < t["alltoall_min_algbw"] < 95
 
 
-@pytest.mark.parametrize("op,n,factor", [
-    ("all_reduce", 16, 2 * 15 / 16), ("alltoall", 16, 15 / 16), ("all_reduce", 2, 1.0),
-    ("alltoall", 1, 0.0),
-])
+@pytest.mark.parametrize(
+    "op,n,factor",
+    [
+        ("all_reduce", 16, 2 * 15 / 16),
+        ("alltoall", 16, 15 / 16),
+        ("all_reduce", 2, 1.0),
+        ("alltoall", 1, 0.0),
+    ],
+)
 def test_busbw_factor_is_nccl_tests_formula(op, n, factor):
     assert verdict.busbw_factor(op, n) == pytest.approx(factor)
 
 
 # --- nccl-tests: GO ------------------------------------------------------------------
 
+
 def test_efa_p5_16g_is_go_with_p5_thresholds():
-    r = run("efa_p5_allreduce_16g.log", expect_transport="efa", expect_nics=32,
-            min_algbw=P5["all_reduce_min_algbw"])
+    r = run("efa_p5_allreduce_16g.log", expect_transport="efa", expect_nics=32, min_algbw=P5["all_reduce_min_algbw"])
     assert r["verdict"] == "GO", reasons(r)
     assert (r["transport"], r["nics"], r["wrong"]) == ("efa", 32, 0)
     assert (r["max_size_bytes"], r["algbw"], r["busbw"]) == (17179869184, 259.78, 487.09)
@@ -90,6 +100,7 @@ def test_na_in_place_alltoall_and_bytes_step_header():
 
 
 # --- nccl-tests: NO-GO, one rule each -------------------------------------------------
+
 
 def test_socket_fallback_in_multi_node_run_is_nogo():
     r = run("socket_2node_timeout_issue284.log")
@@ -139,8 +150,7 @@ def test_out_of_bounds_failed_and_old_error_column():
 
 def test_wrong_counts_without_failed_summary():
     # the #wrong column alone must fail a run, even if a summary line was lost
-    text = (DATA / "gcp_h100_allreduce_8g.log").read_text().replace(
-        "338.82      0    47743", "338.82      3    47743")
+    text = (DATA / "gcp_h100_allreduce_8g.log").read_text().replace("338.82      0    47743", "338.82      3    47743")
     r = verdict.evaluate(text)
     assert r["wrong"] == 3 and "3 wrong value(s) in the #wrong/error column" in r["reasons"]
 
@@ -189,22 +199,24 @@ def test_mpirun_tag_output_prefix():
     assert r["wrong"] == 0
 
 
-@pytest.mark.parametrize("kw,expected", [
-    ({"min_algbw": 240.0}, "algbw 180.71 GB/s at 8589934592 bytes below 240.0 GB/s"),
-    ({"min_busbw": 400.0}, "busbw 338.82 GB/s at 8589934592 bytes below 400.0 GB/s"),
-])
+@pytest.mark.parametrize(
+    "kw,expected",
+    [
+        ({"min_algbw": 240.0}, "algbw 180.71 GB/s at 8589934592 bytes below 240.0 GB/s"),
+        ({"min_busbw": 400.0}, "busbw 338.82 GB/s at 8589934592 bytes below 400.0 GB/s"),
+    ],
+)
 def test_bandwidth_below_threshold(kw, expected):
     assert run("gcp_h100_allreduce_8g.log", **kw)["reasons"] == [expected]
 
 
 # --- PyTorch measurement (our own format) --------------------------------------------
 
+
 def test_torch_reference_figures_go():
-    r = run("torch_allreduce_seed_reference.log", expect_transport="efa", expect_nics=8,
-            min_algbw=240.0)
+    r = run("torch_allreduce_seed_reference.log", expect_transport="efa", expect_nics=8, min_algbw=240.0)
     assert r["verdict"] == "GO", reasons(r)
-    assert (r["tool"], r["collective"], r["algbw"], r["busbw"]) == (
-        "torch_comm_bench", "all_reduce", 367.5, 689.1)
+    assert (r["tool"], r["collective"], r["algbw"], r["busbw"]) == ("torch_comm_bench", "all_reduce", 367.5, 689.1)
 
 
 def test_torch_one_cpu_per_rank_figure_nogo():
@@ -222,10 +234,10 @@ def test_torch_crash_nogo():
 
 # --- fi_pingpong ---------------------------------------------------------------------
 
+
 def test_pingpong_latency_parsed_and_judged():
     r = run("fi_pingpong_client_magic_castle331.log", max_latency_us=30.0, expect_transport="efa")
-    assert (r["tool"], r["transport"], r["latency_us"], r["latency_size_bytes"]) == (
-        "fi_pingpong", "efa", 2059.35, 64)
+    assert (r["tool"], r["transport"], r["latency_us"], r["latency_size_bytes"]) == ("fi_pingpong", "efa", 2059.35, 64)
     assert r["max_size_bytes"] == 65536
     assert r["reasons"] == ["latency 2059.35 us at 64 B above 30.0 us"]
 
@@ -237,30 +249,43 @@ def test_pingpong_without_results_nogo():
 
 # --- command line --------------------------------------------------------------------
 
+
 def test_cli_json_lines_and_exit_status():
     cmd = [sys.executable, "-m", "nodeside.verdict", "--expect-transport", "efa", "--json"]
     good = subprocess.run(cmd + [str(DATA / "efa_p5_allreduce_16g.log")], capture_output=True, text=True)
     assert good.returncode == 0
     obj = json.loads(good.stdout)
-    assert set(obj) >= {"file", "tool", "verdict", "transport", "nics", "max_size_bytes", "busbw",
-                        "algbw", "wrong", "reasons"}
-    both = subprocess.run(cmd + [str(DATA / "efa_p5_allreduce_16g.log"),
-                                 str(DATA / "socket_2node_timeout_issue284.log")],
-                          capture_output=True, text=True)
+    assert set(obj) >= {
+        "file",
+        "tool",
+        "verdict",
+        "transport",
+        "nics",
+        "max_size_bytes",
+        "busbw",
+        "algbw",
+        "wrong",
+        "reasons",
+    }
+    both = subprocess.run(
+        cmd + [str(DATA / "efa_p5_allreduce_16g.log"), str(DATA / "socket_2node_timeout_issue284.log")],
+        capture_output=True,
+        text=True,
+    )
     assert both.returncode == 1
     assert [json.loads(x)["verdict"] for x in both.stdout.splitlines()] == ["GO", "NO-GO"]
 
 
 def test_cli_unreadable_log_is_nogo(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "nodeside.verdict", "--json", str(tmp_path / "nope")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "nodeside.verdict", "--json", str(tmp_path / "nope")], capture_output=True, text=True
+    )
     assert out.returncode == 1
     assert json.loads(out.stdout)["reasons"][0].startswith("cannot read log:")
 
 
 def test_failed_launch_marker_from_the_gate_is_nogo():
     # gate.sh appends this line when srun (or its timeout) exits non-zero
-    text = (DATA / "efa_p5_allreduce_16g.log").read_text() + \
-        "gate: command exit status 124 (124: killed after 900s)\n"
+    text = (DATA / "efa_p5_allreduce_16g.log").read_text() + "gate: command exit status 124 (124: killed after 900s)\n"
     r = verdict.evaluate(text, expect_transport="efa")
     assert r["reasons"] == ["run failed: gate: command exit status 124 (124: killed after 900s)"]
