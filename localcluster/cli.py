@@ -15,16 +15,21 @@ def _root_check() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m localcluster",
-                                description="A real Slurm cluster from gpu-cluster's user data, on this machine")
+    p = argparse.ArgumentParser(
+        prog="python -m localcluster", description="A real Slurm cluster from gpu-cluster's user data, on this machine"
+    )
     p.add_argument("--name", default="local", help="cluster name (and state directory); default 'local'")
     p.add_argument("--subnet", type=int, default=0, help="third octet of 10.77.X.0/24 (default 0)")
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="render the user data and boot N nodes")
     up.add_argument("--nodes", "-n", type=int, default=2)
-    up.add_argument("--lane", choices=LANES, default=DEFAULT_LANE,
-                    help="bookworm/trixie: systemd-nspawn machines booting with systemd and cloud-init "
-                         "(Debian 12/13 roots); namespace: fast direct-mode nodes (default %(default)s)")
+    up.add_argument(
+        "--lane",
+        choices=LANES,
+        default=DEFAULT_LANE,
+        help="bookworm/trixie: systemd-nspawn machines booting with systemd and cloud-init "
+        "(Debian 12/13 roots); namespace: fast direct-mode nodes (default %(default)s)",
+    )
     up.add_argument("--timeout", type=float, default=900, help="seconds for the whole bring-up")
     up.add_argument("--no-demo", action="store_true", help="skip sinfo/srun/sbatch/validation output")
     sub.add_parser("down", help="remove every process, namespace, link, mount and directory")
@@ -37,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("relaunch", help="destroy every machine and boot new ones against the kept /fsx")
     a = p.parse_args(argv)
     _root_check()
-    lc = LocalCluster(a.name, a.subnet, out=lambda s="": print(s, flush=True),
-                      lane=getattr(a, "lane", None))
+    lc = LocalCluster(a.name, a.subnet, out=lambda s="": print(s, flush=True), lane=getattr(a, "lane", None))
     if a.cmd == "up":
         if lc.c.nodes:
             raise SystemExit(f"local cluster '{a.name}' is already up; run `python -m localcluster down` first")
@@ -50,18 +54,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nall {a.nodes} nodes idle in sinfo {secs:.1f}s after start")
         if lc.machines:
             for host, m in lc.memory().items():
-                print(f"  {host}: memory {m['pss_mib']:.0f} MiB (PSS of its processes), "
-                      f"{m.get('usage_mib', 0):.0f} MiB charged to its cgroup; IMDS stand-in {m['imds_rss_mib']:.0f} MiB RSS")
-            cold = (f"cold: root built in {lc.root_seconds:.0f}s + nodes idle in {secs:.0f}s" if lc.root_built
-                    else f"warm (root cached, {lc.root_seconds:.1f}s): nodes idle in {secs:.1f}s")
+                print(
+                    f"  {host}: memory {m['pss_mib']:.0f} MiB (PSS of its processes), "
+                    f"{m.get('usage_mib', 0):.0f} MiB charged to its cgroup; IMDS stand-in {m['imds_rss_mib']:.0f} MiB RSS"
+                )
+            cold = (
+                f"cold: root built in {lc.root_seconds:.0f}s + nodes idle in {secs:.0f}s"
+                if lc.root_built
+                else f"warm (root cached, {lc.root_seconds:.1f}s): nodes idle in {secs:.1f}s"
+            )
             print(f"timing, lane {lc.lane}: {cold}")
         if not a.no_demo:
             lc.show()
         print("\nremove it with: make local-cluster-down")
     elif a.cmd == "down":
         removed = lc.c.down()
-        print(f"local cluster '{a.name}': removed {len(removed)} item(s)" if removed
-              else f"local cluster '{a.name}': nothing to remove")
+        print(
+            f"local cluster '{a.name}': removed {len(removed)} item(s)"
+            if removed
+            else f"local cluster '{a.name}': nothing to remove"
+        )
     elif a.cmd == "status":
         lc.status()
     elif a.cmd == "reboot":

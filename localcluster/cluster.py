@@ -74,6 +74,7 @@ class StepResult:
 @dataclass
 class BootWatch:
     """What one node's boot log says so far."""
+
     node: Node
     proc: subprocess.Popen | None
     offset: int = 0
@@ -82,8 +83,8 @@ class BootWatch:
     skipped_in: dict = field(default_factory=dict)
     rc: int | None = None
     finished: float | None = None
-    since: float = 0.0      # machines: a status file older than this is a previous boot's
-    checked: float = 0.0    # machines: when cloud-init's result was last looked at
+    since: float = 0.0  # machines: a status file older than this is a previous boot's
+    checked: float = 0.0  # machines: when cloud-init's result was last looked at
 
 
 class LocalCluster:
@@ -118,6 +119,7 @@ class LocalCluster:
                 self._base = Path(given)
             else:
                 from localcluster import images
+
                 cached = set(images.CACHE_ROOT.glob("roots/*"))
                 self._base = Path(images.build_root(self.lane))
                 self.root_built = self._base not in cached
@@ -145,10 +147,16 @@ class LocalCluster:
             (self.payload_dir / f"{ud.payload[0]}.tar.gz").write_bytes(ud.payload[1])
         (self.c.root / "expected-nodes").write_text(f"{nodes}\n")
         problems = profile.parity_problems(ud)
-        via = (f", {len(profile.payload_files(ud.payload[1]))} more in a {len(ud.payload[1])}-byte payload "
-               f"(file:// stand-in for S3)" if ud.payload else "")
-        self.out(f"user data: {len(ud.raw)} bytes (gzip), {len(ud.files)} files in write_files{via}, "
-                 f"{len(ud.scripts)} boot script(s)")
+        via = (
+            f", {len(profile.payload_files(ud.payload[1]))} more in a {len(ud.payload[1])}-byte payload "
+            f"(file:// stand-in for S3)"
+            if ud.payload
+            else ""
+        )
+        self.out(
+            f"user data: {len(ud.raw)} bytes (gzip), {len(ud.files)} files in write_files{via}, "
+            f"{len(ud.scripts)} boot script(s)"
+        )
         self.out(profile.PROFILE_NOTE + f"; Slurm cgroup plugin {profile.cgroup_plugin()}")
         for p in problems:
             self.out(f"  WARNING parity: {p}")
@@ -161,8 +169,14 @@ class LocalCluster:
         return int((self.c.root / "expected-nodes").read_text())
 
     # ---- nodes -------------------------------------------------------------------------
-    def launch(self, role: str, *, fsx: bool = True, extra: dict[str, tuple[bytes, int, str]] | None = None,
-               expected: int | None = None) -> BootWatch:
+    def launch(
+        self,
+        role: str,
+        *,
+        fsx: bool = True,
+        extra: dict[str, tuple[bytes, int, str]] | None = None,
+        expected: int | None = None,
+    ) -> BootWatch:
         """Create a node from the kept user data and start its boot (like an ASG launch)."""
         files, runcmd, scripts = self.shipped()
         to_write = {p: (f.content, f.permissions, f.owner) for p, f in files.items()}
@@ -186,16 +200,25 @@ class LocalCluster:
         if said:
             self.out(f"host: {said}")
 
-    def _launch_machine(self, role: str, tags: dict[str, str], *, fsx: bool,
-                        extra: dict[str, tuple[bytes, int, str]]) -> BootWatch:
+    def _launch_machine(
+        self, role: str, tags: dict[str, str], *, fsx: bool, extra: dict[str, tuple[bytes, int, str]]
+    ) -> BootWatch:
         self._host_limits(len(self.c.nodes) + 1)
         ro = [str(self.payload_dir)] if self.payload_dir.is_dir() else []
         base = self.base_root()
         baked = "SLURM_SERIES" in machine.read_env(base / machine.OVERRIDES)
-        node = self.c.create_machine(role, lane=self.lane, base=base,
-                                     user_data=self.user_data_file.read_bytes(),
-                                     swaps={**MACHINE_OVERRIDES, **({} if baked else UNBAKED_OVERRIDES)},
-                                     files=extra, fsx=fsx, tags=tags, az=profile.AZ, ro_binds=ro)
+        node = self.c.create_machine(
+            role,
+            lane=self.lane,
+            base=base,
+            user_data=self.user_data_file.read_bytes(),
+            swaps={**MACHINE_OVERRIDES, **({} if baked else UNBAKED_OVERRIDES)},
+            files=extra,
+            fsx=fsx,
+            tags=tags,
+            az=profile.AZ,
+            ro_binds=ro,
+        )
         w = BootWatch(node, None)
         with self.c.lock:
             self.watches[node.hostname] = w
@@ -211,10 +234,15 @@ class LocalCluster:
         t0 = time.monotonic()
         self.c.lane = self.lane
         self.render(n)
-        kind = (f"systemd-nspawn machines ({self.lane}, systemd + cloud-init, NoCloud seed)" if self.machines
-                else "network namespaces (direct mode)")
-        self.out(f"starting {n} nodes: {kind} on 10.77.{self.c.subnet}.0/24, "
-                 f"IMDS stand-in on 127.0.0.1:{IMDS_PORT} in each, shared /fsx")
+        kind = (
+            f"systemd-nspawn machines ({self.lane}, systemd + cloud-init, NoCloud seed)"
+            if self.machines
+            else "network namespaces (direct mode)"
+        )
+        self.out(
+            f"starting {n} nodes: {kind} on 10.77.{self.c.subnet}.0/24, "
+            f"IMDS stand-in on 127.0.0.1:{IMDS_PORT} in each, shared /fsx"
+        )
         self._launch_all(n)
         self.launch_seconds = time.monotonic() - t0
         self.out(f"{n} nodes started in {self.launch_seconds:.1f}s; booting:")
@@ -386,8 +414,9 @@ class LocalCluster:
                 note += "  (skipped: " + "; ".join(new) + ")"
             self.out(f"  {w.node.hostname:<15} {step:<13} {r.state:<6} {r.seconds:4.0f}s{note}")
         elif msg.startswith("SKIPPED: "):
-            w.skipped_in.setdefault(who, []).append(re.sub(r" \(GPU_CLUSTER_PACKAGES=preinstalled\)$", "",
-                                                           msg[len("SKIPPED: "):]))
+            w.skipped_in.setdefault(who, []).append(
+                re.sub(r" \(GPU_CLUSTER_PACKAGES=preinstalled\)$", "", msg[len("SKIPPED: ") :])
+            )
 
     def watch(self, watches: list[BootWatch] | None = None, timeout: float = 600) -> None:
         ws = watches if watches is not None else list(self.watches.values())
@@ -465,8 +494,11 @@ class LocalCluster:
         system = self.c.run(node, ["systemctl", "is-system-running"], timeout=30).stdout.strip()
         units = self.units(node)
         active = self.c.run(node, ["systemctl", "is-active", *units], timeout=30).stdout.split()
-        return {"cloud_init": m.group(1) if m else ci.strip(), "systemd": system,
-                "units": dict(zip(units, active, strict=False))}
+        return {
+            "cloud_init": m.group(1) if m else ci.strip(),
+            "systemd": system,
+            "units": dict(zip(units, active, strict=False)),
+        }
 
     def machine_report(self) -> list[str]:
         lines = []
@@ -479,15 +511,27 @@ class LocalCluster:
     def test_image(self) -> Path:
         """/fsx/images/test.sqsh (host path), built from the lane's root once per cluster."""
         from localcluster import testimage
+
         return testimage.build(self.base_root(), self.c.fsx_dir / TEST_IMAGE)
 
     def container_srun(self, timeout: float = 240) -> subprocess.CompletedProcess:
         n = len(self.c.nodes)
         self.test_image()
-        script = ('echo "$(cat /proc/sys/kernel/hostname): $(. /etc/os-release; echo "$PRETTY_NAME"); '
-                  '/fsx mounted: $([ -f /fsx/' + TEST_IMAGE + ' ] && echo yes || echo no)"')
-        return self.ctl("srun", f"-N{n}", "--time=5", f"--container-image=/fsx/{TEST_IMAGE}",
-                        "--container-mounts=/fsx:/fsx", "bash", "-c", script, timeout=timeout)
+        script = (
+            'echo "$(cat /proc/sys/kernel/hostname): $(. /etc/os-release; echo "$PRETTY_NAME"); '
+            "/fsx mounted: $([ -f /fsx/" + TEST_IMAGE + ' ] && echo yes || echo no)"'
+        )
+        return self.ctl(
+            "srun",
+            f"-N{n}",
+            "--time=5",
+            f"--container-image=/fsx/{TEST_IMAGE}",
+            "--container-mounts=/fsx:/fsx",
+            "bash",
+            "-c",
+            script,
+            timeout=timeout,
+        )
 
     def show_container(self) -> None:
         n = len(self.c.nodes)
@@ -507,10 +551,12 @@ class LocalCluster:
         self.out((r.stdout + r.stderr).rstrip())
 
     def sbatch_demo(self, n: int, timeout: float = 120) -> str:
-        script = ("#!/bin/bash\n"
-                  f"#SBATCH -N{n}\n#SBATCH --time=2\n#SBATCH -o /fsx/localcluster/job-%j.out\n"
-                  "echo \"job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n"
-                  "srun -l hostname\n")
+        script = (
+            "#!/bin/bash\n"
+            f"#SBATCH -N{n}\n#SBATCH --time=2\n#SBATCH -o /fsx/localcluster/job-%j.out\n"
+            'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"\n'
+            "srun -l hostname\n"
+        )
         self.ctl("mkdir", "-p", "/fsx/localcluster")
         r = self.c.run(self.c.controller(), ["sbatch", "--parsable"], input=script)
         if r.returncode != 0:
@@ -607,8 +653,10 @@ class LocalCluster:
                 except ValueError:
                     status = st.read_text().strip()[:200]
             alive = node.leader() is not None if node.is_machine else Path(f"/proc/{node.init_pid}").exists()
-            self.out(f"  {node.hostname:<16} {node.ip:<12} {node.role:<10} {node.instance_id} "
-                     f"{'up' if alive else 'GONE'}  status: {status}")
+            self.out(
+                f"  {node.hostname:<16} {node.ip:<12} {node.role:<10} {node.instance_id} "
+                f"{'up' if alive else 'GONE'}  status: {status}"
+            )
         try:
             self.out(self.ctl("sinfo", timeout=10).stdout.rstrip())
         except Exception as e:  # a status view never fails on a half-dead cluster
@@ -663,9 +711,15 @@ def summary(watches: list[BootWatch]) -> dict:
             by_kind[k] = by_kind.get(k, 0.0) + secs
         handoff = by_kind.get(HANDOFF, 0.0)
         waited = sum(v for k, v in by_kind.items() if k != HANDOFF)
-        rows[w.node.hostname] = {"role": w.node.role, "steps": {s.step: s.seconds for s in w.steps},
-                                 "boot": total - handoff, "waits": waited, "handoff": handoff,
-                                 "work": max(0.0, total - handoff - waited), "wait_kinds": by_kind}
+        rows[w.node.hostname] = {
+            "role": w.node.role,
+            "steps": {s.step: s.seconds for s in w.steps},
+            "boot": total - handoff,
+            "waits": waited,
+            "handoff": handoff,
+            "work": max(0.0, total - handoff - waited),
+            "wait_kinds": by_kind,
+        }
     return rows
 
 

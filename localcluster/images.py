@@ -422,7 +422,9 @@ def build_base(lane: Lane) -> Path:
             except Exception:
                 inner = tmp / "debootstrap/debootstrap.log"
                 if inner.exists():  # it lives in the root that is about to be discarded
-                    st.note("debootstrap.log (tail):\n" + "\n".join(inner.read_text(errors="replace").splitlines()[-80:]))
+                    st.note(
+                        "debootstrap.log (tail):\n" + "\n".join(inner.read_text(errors="replace").splitlines()[-80:])
+                    )
                 raise
     return final
 

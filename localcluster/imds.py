@@ -48,7 +48,7 @@ def listing(tree: dict[str, str], path: str) -> str | None:
     children = []
     for key in tree:
         if key.startswith(prefix):
-            rest = key[len(prefix):]
+            rest = key[len(prefix) :]
             child = rest.split("/", 1)[0] + ("/" if "/" in rest else "")
             if child not in children:
                 children.append(child)
@@ -105,8 +105,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def serve(identity: dict, host: str, port: int, log_path: str | None, ready_path: str | None) -> None:
-    handler = type("NodeHandler", (Handler,), {
-        "tree": metadata_tree(identity), "tokens": {}, "log_path": log_path})
+    handler = type("NodeHandler", (Handler,), {"tree": metadata_tree(identity), "tokens": {}, "log_path": log_path})
     ThreadingHTTPServer.allow_reuse_address = True
     server = ThreadingHTTPServer((host, port), handler)
     if ready_path:

@@ -64,8 +64,7 @@ def pids_in(net_inode: int | None, mnt_inode: int | None) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
-        if (net_inode and ns_inode(entry, "net") == net_inode) or \
-           (mnt_inode and ns_inode(entry, "mnt") == mnt_inode):
+        if (net_inode and ns_inode(entry, "net") == net_inode) or (mnt_inode and ns_inode(entry, "mnt") == mnt_inode):
             found.append(int(entry))
     return found
 
@@ -104,7 +103,7 @@ class Node:
             return self.path / "root" / rel
         for top in sorted(OVERLAYS, key=len, reverse=True):
             if rel == top or rel.startswith(top + "/"):
-                return self.path / "upper" / top.replace("/", "-") / rel[len(top):].lstrip("/")
+                return self.path / "upper" / top.replace("/", "-") / rel[len(top) :].lstrip("/")
         raise ValueError(f"{node_path} is not on a node-private overlay")
 
     def nsenter(self) -> list[str]:
@@ -165,9 +164,19 @@ class Cluster:
     def _save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"name": self.name, "subnet": self.subnet,
-                                   "next_serial": self.next_serial, "lane": self.lane, "base": self.base,
-                                   "nodes": [asdict(n) for n in self.nodes.values()]}, indent=1))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "name": self.name,
+                    "subnet": self.subnet,
+                    "next_serial": self.next_serial,
+                    "lane": self.lane,
+                    "base": self.base,
+                    "nodes": [asdict(n) for n in self.nodes.values()],
+                },
+                indent=1,
+            )
+        )
         tmp.replace(self.state_file)
 
     # ---- network -----------------------------------------------------------------
@@ -198,15 +207,25 @@ class Cluster:
         return serial, ip, hostname, instance_id
 
     # ---- nodes ---------------------------------------------------------------------
-    def create_node(self, role: str, files: dict[str, tuple[bytes, int, str]], *,
-                    fsx: bool = True, tags: dict[str, str], az: str) -> Node:
+    def create_node(
+        self, role: str, files: dict[str, tuple[bytes, int, str]], *, fsx: bool = True, tags: dict[str, str], az: str
+    ) -> Node:
         """Namespaces, mounts and files of a fresh node; IMDS running; boot not started."""
         self.ensure_network()
         self.fsx_dir.mkdir(parents=True, exist_ok=True)
         serial, ip, hostname, instance_id = self._new_identity(role)
-        node = Node(cluster=self.name, serial=serial, ip=ip, hostname=hostname,
-                    instance_id=instance_id, role=role, netns=f"gcl-{self.name}-{serial}",
-                    veth=f"gcl{self.name}{serial}"[:15], dir=str(self.root / "nodes" / hostname), fsx=fsx)
+        node = Node(
+            cluster=self.name,
+            serial=serial,
+            ip=ip,
+            hostname=hostname,
+            instance_id=instance_id,
+            role=role,
+            netns=f"gcl-{self.name}-{serial}",
+            veth=f"gcl{self.name}{serial}"[:15],
+            dir=str(self.root / "nodes" / hostname),
+            fsx=fsx,
+        )
         with self.lock:
             self.nodes[hostname] = node
         self.save()
@@ -220,17 +239,37 @@ class Cluster:
         self.save()
         return node
 
-    def create_machine(self, role: str, *, lane: str, base: Path, user_data: bytes, swaps: dict[str, str],
-                       files: dict[str, tuple[bytes, int, str]], fsx: bool = True, tags: dict[str, str],
-                       az: str, ro_binds: list[str]) -> Node:
+    def create_machine(
+        self,
+        role: str,
+        *,
+        lane: str,
+        base: Path,
+        user_data: bytes,
+        swaps: dict[str, str],
+        files: dict[str, tuple[bytes, int, str]],
+        fsx: bool = True,
+        tags: dict[str, str],
+        az: str,
+        ro_binds: list[str],
+    ) -> Node:
         """A whole machine (machine.py) in a fresh network namespace, booting; IMDS running."""
         self.ensure_network()
         self.fsx_dir.mkdir(parents=True, exist_ok=True)
         serial, ip, hostname, instance_id = self._new_identity(role)
-        node = Node(cluster=self.name, serial=serial, ip=ip, hostname=hostname,
-                    instance_id=instance_id, role=role, netns=f"gcl-{self.name}-{serial}",
-                    veth=f"gcl{self.name}{serial}"[:15], dir=str(self.root / "nodes" / hostname),
-                    fsx=fsx, lane=lane)
+        node = Node(
+            cluster=self.name,
+            serial=serial,
+            ip=ip,
+            hostname=hostname,
+            instance_id=instance_id,
+            role=role,
+            netns=f"gcl-{self.name}-{serial}",
+            veth=f"gcl{self.name}{serial}"[:15],
+            dir=str(self.root / "nodes" / hostname),
+            fsx=fsx,
+            lane=lane,
+        )
         with self.lock:
             self.nodes[hostname] = node
         self.save()
@@ -245,8 +284,9 @@ class Cluster:
         binds = [(p, p, True) for p in ro_binds]
         if fsx:
             binds.append((str(self.fsx_dir), "/fsx", False))
-        (node.path / "nspawn.json").write_text(json.dumps(
-            machine.nspawn_argv(root, hostname, NETNS_DIR / node.netns, binds)))
+        (node.path / "nspawn.json").write_text(
+            json.dumps(machine.nspawn_argv(root, hostname, NETNS_DIR / node.netns, binds))
+        )
         imds_ready()
         self.power_on(node)
         return node
@@ -260,8 +300,13 @@ class Cluster:
         self.save()
 
     def attach_fsx(self, node: Node) -> None:
-        """Mount the shared directory on /fsx of a running machine launched without it
+        """Mount the shared directory on /fsx of a running node launched without it
         (/fsx appearing late, as a Lustre mount that only succeeds on a later try)."""
+        if not node.is_machine:  # namespace lane: bind it in the node's mount namespace
+            sh("nsenter", f"--mount=/proc/{node.init_pid}/ns/mnt", "mount", "--bind", str(self.fsx_dir), "/fsx")
+            node.fsx = True
+            self.save()
+            return
         pid = node.leader()
         if pid is None:
             raise RuntimeError(f"{node.hostname}: machine is not running")
@@ -280,8 +325,7 @@ class Cluster:
 
     def _make_netns(self, node: Node) -> None:
         sh("ip", "netns", "add", node.netns)
-        sh("ip", "-n", self.hub, "link", "add", node.veth, "type", "veth", "peer", "name", "eth0",
-           "netns", node.netns)
+        sh("ip", "-n", self.hub, "link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
         sh("ip", "-n", self.hub, "link", "set", node.veth, "master", "br0", "up")
         sh("ip", "-n", node.netns, "addr", "add", f"{node.ip}/24", "dev", "eth0")
         sh("ip", "-n", node.netns, "link", "set", "eth0", "up")
@@ -307,8 +351,10 @@ class Cluster:
         return made
 
     def _write_manifest(self, node: Node, files: dict[str, tuple[bytes, int, str]]) -> None:
-        manifest = [{"path": p, "b64": base64.b64encode(c).decode(), "mode": m, "owner": o}
-                    for p, (c, m, o) in sorted(files.items())]
+        manifest = [
+            {"path": p, "b64": base64.b64encode(c).decode(), "mode": m, "owner": o}
+            for p, (c, m, o) in sorted(files.items())
+        ]
         (node.path / "write_files.json").write_text(json.dumps(manifest))
 
     def _setup_script(self, node: Node) -> str:
@@ -317,13 +363,16 @@ class Cluster:
         for top in OVERLAYS:
             key = top.replace("/", "-")
             up, wk = d / "upper" / key, d / "work" / key
-            lines += [f"mkdir -p {up} {wk}",
-                      f"mount -t overlay overlay -o lowerdir=/{top},upperdir={up},workdir={wk} /{top}"]
+            lines += [
+                f"mkdir -p {up} {wk}",
+                f"mount -t overlay overlay -o lowerdir=/{top},upperdir={up},workdir={wk} /{top}",
+            ]
         # cloud-init's write_files, inside the node's own view of the file system. It runs
         # before the private tmpfs mounts: the repository (and so this module) may live
         # under /tmp, which the node's own /tmp hides (write_files refuses those paths).
-        lines.append(f"PYTHONPATH={REPO} {sys.executable} -S -m localcluster.nodes write-files "
-                     f"{d / 'write_files.json'}")
+        lines.append(
+            f"PYTHONPATH={REPO} {sys.executable} -S -m localcluster.nodes write-files {d / 'write_files.json'}"
+        )
         for top, mode in TMPFS:
             lines.append(f"mount -t tmpfs -o mode={mode},size=1g tmpfs /{top}")
         lines += ["mkdir -p -m 1777 /run/lock"]
@@ -343,60 +392,107 @@ class Cluster:
             (self.root.parent / ".created-fsx").write_text("1\n")
         log = open(node.path / "init.log", "w")
         proc = subprocess.Popen(
-            ["nsenter", f"--net={NETNS_DIR / node.netns}", "unshare", "--mount", "--uts",
-             "--propagation", "private", "bash", str(script)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "nsenter",
+                f"--net={NETNS_DIR / node.netns}",
+                "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "bash",
+                str(script),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         node.init_pid = proc.pid
         deadline = time.monotonic() + 60
         while not (node.path / "init.ready").exists():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{node.hostname}: namespace set-up failed: "
-                                   f"{(node.path / 'init.log').read_text().strip()[-800:]}")
+                raise RuntimeError(
+                    f"{node.hostname}: namespace set-up failed: {(node.path / 'init.log').read_text().strip()[-800:]}"
+                )
             time.sleep(0.02)
 
     def _start_imds(self, node: Node, tags: dict[str, str], az: str):
-        identity = {"instance_id": node.instance_id, "local_ipv4": node.ip,
-                    "local_hostname": f"{node.hostname}.us-east-2.compute.internal",
-                    "availability_zone": az, "tags": tags}
+        identity = {
+            "instance_id": node.instance_id,
+            "local_ipv4": node.ip,
+            "local_hostname": f"{node.hostname}.us-east-2.compute.internal",
+            "availability_zone": az,
+            "tags": tags,
+        }
         (node.path / "imds.json").write_text(json.dumps(identity, indent=1))
         ready = node.path / "imds.ready"
         proc = subprocess.Popen(
-            ["nsenter", f"--net={NETNS_DIR / node.netns}", sys.executable, "-S", "-m", "localcluster.imds",
-             str(node.path / "imds.json"), "--port", str(IMDS_PORT),
-             "--log", str(node.path / "imds.log"), "--ready", str(ready)],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(node.path / "imds.err", "w"),
-            start_new_session=True)
+            [
+                "nsenter",
+                f"--net={NETNS_DIR / node.netns}",
+                sys.executable,
+                "-S",
+                "-m",
+                "localcluster.imds",
+                str(node.path / "imds.json"),
+                "--port",
+                str(IMDS_PORT),
+                "--log",
+                str(node.path / "imds.log"),
+                "--ready",
+                str(ready),
+            ],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(node.path / "imds.err", "w"),
+            start_new_session=True,
+        )
         node.imds_pid = proc.pid
 
         def wait_ready() -> None:
             deadline = time.monotonic() + 30
             while not ready.exists():
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{node.hostname}: IMDS stand-in did not start: "
-                                       f"{(node.path / 'imds.err').read_text()[-800:]}")
+                    raise RuntimeError(
+                        f"{node.hostname}: IMDS stand-in did not start: {(node.path / 'imds.err').read_text()[-800:]}"
+                    )
                 time.sleep(0.02)
+
         return wait_ready
 
     def start_boot(self, node: Node, command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """Run the boot command inside the node, as cloud-init's runcmd would (root, / cwd)."""
         console = open(node.path / "console.log", "ab")
         base_env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **(env or {})}
-        proc = subprocess.Popen(node.nsenter() + ["env", "-i"] + [f"{k}={v}" for k, v in base_env.items()]
-                                + ["bash", "-c", command],
-                                cwd="/", stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            node.nsenter() + ["env", "-i"] + [f"{k}={v}" for k, v in base_env.items()] + ["bash", "-c", command],
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         node.boot_pid = proc.pid
         node.started = time.time()
         self.save()
         return proc
 
-    def run(self, node: Node, argv: list[str], *, timeout: float = 60, check: bool = False,
-            input: str | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, node: Node, argv: list[str], *, timeout: float = 60, check: bool = False, input: str | None = None
+    ) -> subprocess.CompletedProcess:
         """A command inside the node's namespaces (Slurm clients run on the controller)."""
-        return subprocess.run(node.nsenter() + ["env", f"PATH={PATH}", "HOME=/root", "LANG=C.UTF-8"] + argv,
-                              capture_output=True, text=True, timeout=timeout, check=check,
-                              input=input, cwd="/")
+        return subprocess.run(
+            node.nsenter() + ["env", f"PATH={PATH}", "HOME=/root", "LANG=C.UTF-8"] + argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+            input=input,
+            cwd="/",
+        )
 
     def controller(self) -> Node:
         for node in self.nodes.values():
@@ -473,8 +569,12 @@ class Cluster:
         marker = base / ".created-fsx"
         others = [p for p in base.iterdir() if p.is_dir()] if base.exists() else []
         if not others:
-            if marker.exists() and Path("/fsx").is_dir() and not os.path.ismount("/fsx") \
-                    and not any(Path("/fsx").iterdir()):
+            if (
+                marker.exists()
+                and Path("/fsx").is_dir()
+                and not os.path.ismount("/fsx")
+                and not any(Path("/fsx").iterdir())
+            ):
                 Path("/fsx").rmdir()
                 removed.append("/fsx")
             if base.exists():
@@ -520,12 +620,15 @@ def write_files(manifest_path: str) -> None:
     """cloud-init write_files, run inside the node: contents, modes, owners, parents."""
     import grp
     import pwd
+
     for entry in json.loads(Path(manifest_path).read_text()):
         path = Path(entry["path"])
         hidden = [top for top, _ in TMPFS if path.is_relative_to(f"/{top}")]
         if hidden:
-            raise SystemExit(f"write_files: {path} is under /{hidden[0]}, which the local node mounts "
-                             "privately after writing files; write it elsewhere or extend localcluster")
+            raise SystemExit(
+                f"write_files: {path} is under /{hidden[0]}, which the local node mounts "
+                "privately after writing files; write it elsewhere or extend localcluster"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(entry["b64"]))
         os.chmod(path, entry["mode"])

@@ -40,8 +40,7 @@ def slurmd_facts(text: str | None = None) -> dict[str, int]:
         text = subprocess.run(["slurmd", "-C"], check=True, capture_output=True, text=True).stdout
     first = text.splitlines()[0]
     facts = dict(re.findall(r"(\w+)=(\S+)", first))
-    return {k: int(facts[k]) for k in
-            ("CPUs", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")}
+    return {k: int(facts[k]) for k in ("CPUs", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")}
 
 
 def test_instance_spec(facts: dict[str, int] | None = None) -> InstanceSpec:
@@ -52,24 +51,36 @@ def test_instance_spec(facts: dict[str, int] | None = None) -> InstanceSpec:
     """
     f = facts or slurmd_facts()
     return InstanceSpec(
-        name="local.test", gpu_model="none", gpus=0, gpu_memory_mib=0,
-        vcpus=f["CPUs"], sockets=f["SocketsPerBoard"], cores_per_socket=f["CoresPerSocket"],
-        threads_per_core=f["ThreadsPerCore"], memory_mib=f["RealMemory"],
-        network_cards=1, efa_count=0, efa_on_card0=False, local_nvme_gb=0,
+        name="local.test",
+        gpu_model="none",
+        gpus=0,
+        gpu_memory_mib=0,
+        vcpus=f["CPUs"],
+        sockets=f["SocketsPerBoard"],
+        cores_per_socket=f["CoresPerSocket"],
+        threads_per_core=f["ThreadsPerCore"],
+        memory_mib=f["RealMemory"],
+        network_cards=1,
+        efa_count=0,
+        efa_on_card0=False,
+        local_nvme_gb=0,
         efa_gbps=0,
-        sources={"all": "slurmd -C on this host"}, unconfirmed=(),
+        sources={"all": "slurmd -C on this host"},
+        unconfirmed=(),
     )
 
 
 def local_config(name: str = "local", nodes: int = 2) -> ClusterConfig:
     """A small on-demand stack with p5.48xlarge config values (the spec is swapped)."""
-    return parse_config({
-        "name": name,
-        "instance_type": "p5.48xlarge",
-        "network": {"availability_zone": AZ, "subnet_id": "subnet-0a1b2c3d4e5f60718"},
-        "capacity": {"nodes": max(2, nodes)},
-        "validation": {"wait_for_nodes_minutes": 5, "time_limit_minutes": 5},
-    })
+    return parse_config(
+        {
+            "name": name,
+            "instance_type": "p5.48xlarge",
+            "network": {"availability_zone": AZ, "subnet_id": "subnet-0a1b2c3d4e5f60718"},
+            "capacity": {"nodes": max(2, nodes)},
+            "validation": {"wait_for_nodes_minutes": 5, "time_limit_minutes": 5},
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -82,10 +93,10 @@ class ShippedFile:
 
 @dataclass(frozen=True)
 class UserData:
-    raw: bytes                        # what EC2 gets (before base64)
-    files: dict[str, ShippedFile]     # from cloud-config write_files
-    runcmd: list                      # cloud-config runcmd, as written
-    scripts: list[bytes]              # text/x-shellscript parts, run in order after write_files
+    raw: bytes  # what EC2 gets (before base64)
+    files: dict[str, ShippedFile]  # from cloud-config write_files
+    runcmd: list  # cloud-config runcmd, as written
+    scripts: list[bytes]  # text/x-shellscript parts, run in order after write_files
     rendered_files: dict[str, bytes]  # the renderer's own view (NodeFiles.files)
     payload: tuple[str, bytes] | None  # (sha256, tar.gz) when the files travel outside the user data
 
@@ -128,8 +139,9 @@ def parse_user_data(raw: bytes) -> tuple[dict[str, ShippedFile], list, list[byte
                 content = _decode(entry)
                 if entry.get("append") and path in files:
                     content = files[path].content + content
-                files[path] = ShippedFile(path, content, int(str(entry.get("permissions", "0644")), 8),
-                                          entry.get("owner", "root:root"))
+                files[path] = ShippedFile(
+                    path, content, int(str(entry.get("permissions", "0644")), 8), entry.get("owner", "root:root")
+                )
             runcmd.extend(doc.get("runcmd", []) or [])
         elif ctype == "text/x-shellscript":
             scripts.append(body)
@@ -161,8 +173,13 @@ def render(name: str, nodes: int, payload_dir: str, spec: InstanceSpec | None = 
     from userdata.render import FsxEndpoint, render_userdata
 
     cfg = local_config(name, nodes)
-    out = render_userdata(cfg, spec or test_instance_spec(), FsxEndpoint(dns_name=FSX_DNS, mount_name=FSX_MOUNT),
-                          payload_uri=f"file://{payload_dir}/{{sha256}}.tar.gz", cgroup_plugin=cgroup_plugin())
+    out = render_userdata(
+        cfg,
+        spec or test_instance_spec(),
+        FsxEndpoint(dns_name=FSX_DNS, mount_name=FSX_MOUNT),
+        payload_uri=f"file://{payload_dir}/{{sha256}}.tar.gz",
+        cgroup_plugin=cgroup_plugin(),
+    )
     files, runcmd, scripts = parse_user_data(out.user_data)
     return UserData(out.user_data, files, runcmd, scripts, dict(out.files), out.s3_payload)
 

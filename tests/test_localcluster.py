@@ -59,6 +59,7 @@ def cluster():
 
 def _assert_nothing_left(lc) -> None:
     from localcluster.nodes import NETNS_DIR
+
     leftovers = [ns for ns in (os.listdir(NETNS_DIR) if NETNS_DIR.is_dir() else []) if ns.startswith(f"gcl-{NAME}-")]
     assert leftovers == [], f"network namespaces left: {leftovers}"
     assert not lc.c.root.exists(), f"{lc.c.root} left behind"
@@ -127,25 +128,60 @@ def test_every_node_booted_every_step_and_runs_jobs(cluster):
 
 
 @pytest.mark.localcluster
-def test_fsx_missing_at_boot_fails_the_mount_step_fast_and_never_registers(cluster):
+def test_fsx_missing_at_boot_is_retried_never_registers_and_recovers_when_fsx_appears(cluster):
+    # The boot retries a failed step (BOOT_ATTEMPTS, BOOT_RETRY_DELAY in cluster.env):
+    # a node without /fsx says `retrying` with the mount's reason, stays out of Slurm,
+    # and finishes on its own (same boot process, no reboot) once /fsx is there.
     w = cluster.launch("worker", fsx=False)
+    status = w.node.upper("/var/lib/gpu-cluster/status")
     t0 = time.monotonic()
-    cluster.watch([w], timeout=120)
+    st: dict = {}
     try:
-        assert w.rc not in (0, None), "a node without /fsx finished its boot"
-        assert time.monotonic() - t0 < 60
+        while time.monotonic() - t0 < 60:
+            try:
+                st = json.loads(status.read_text())
+            except (OSError, ValueError):
+                st = {}
+            if st.get("state") == "retrying":
+                break
+            cluster.poll(w)
+            assert w.rc is None, _boot_log(w.node)[-2000:]
+            time.sleep(0.3)
+        assert (st.get("step"), st.get("state")) == ("30-fsx", "retrying"), st
+        assert "/fsx is not a mount point" in st["reason"]
+        assert "attempt 1 of 4 failed, retrying from 30-fsx in 30s" in st["reason"]
+        assert st["marker"] == "local only (/fsx not mounted yet)"
+        cluster.poll(w)
         failed = [s for s in w.steps if s.state == "failed"]
         assert [s.step for s in failed] == ["30-fsx"]
-        assert failed[0].seconds <= 5
-        st = _status(w.node)
-        assert (st["step"], st["state"]) == ("30-fsx", "failed")
-        assert "/fsx is not a mount point" in st["reason"]
+        assert failed[0].seconds <= 5  # the mount step itself fails fast
         assert "FAILED 30-fsx" in _boot_log(w.node)
         assert not _in_slurm(cluster, w.node.hostname)
         assert w.node.hostname not in cluster.node_states()
+        assert not (cluster.c.fsx_dir / ".gpu-cluster" / NAME / "status" / f"{w.node.hostname}.json").exists()
+        cluster.c.attach_fsx(w.node)  # /fsx appears (as a late Lustre mount would)
+        cluster.watch([w], timeout=180)
+        assert w.rc == 0, _boot_log(w.node)[-3000:]
+        assert w.proc is not None and w.proc.returncode == 0  # the first boot process itself finished
+        assert [s.step for s in w.steps if s.state == "failed"] == ["30-fsx"]
+        assert [s.step for s in w.steps if s.state == "ok"][:2] == ["10-identity", "20-packages"]
+        assert "30-fsx" in [s.step for s in w.steps if s.state == "ok"]
+        log = _boot_log(w.node)
+        assert log.count("gpu-cluster-boot: ") == 1 and "attempt 1 of 4 failed at 30-fsx" in log
+        st = _status(w.node)
+        assert st["state"] == "ok"
+        marker = json.loads(
+            (cluster.c.fsx_dir / ".gpu-cluster" / NAME / "status" / f"{w.node.hostname}.json").read_text()
+        )
+        assert (marker["state"], marker["instance_id"]) == ("ok", w.node.instance_id)
+        cluster.wait_idle(len(cluster.c.nodes), timeout=60)
+        assert cluster.node_states()[w.node.hostname] == "idle"
+        r = cluster.ctl("srun", "-w", w.node.hostname, "--time=1", "hostname", timeout=60)
+        assert (r.returncode, r.stdout.strip()) == (0, w.node.hostname), r.stderr
     finally:
         cluster.c.kill_node(w.node)
         cluster.watches.pop(w.node.hostname, None)
+        assert cluster.forget_node(w.node.hostname)
 
 
 @pytest.mark.localcluster
@@ -159,7 +195,10 @@ def test_destroyed_worker_is_replaced_from_the_same_user_data(cluster):
     assert not Path(old.dir).exists()
     log = _boot_log(new)
     # The key came through the join path: a certificate request, an encrypted answer.
-    assert f"requesting the cluster's munge key through /fsx/.gpu-cluster/{NAME}/munge/requests/{new.instance_id}.pem" in log
+    assert (
+        f"requesting the cluster's munge key through /fsx/.gpu-cluster/{NAME}/munge/requests/{new.instance_id}.pem"
+        in log
+    )
     assert new.upper("/etc/munge/munge.key").read_bytes() == key
     # ... and nothing on /fsx holds the key in the clear, nor is a request left over.
     for p in cluster.c.fsx_dir.rglob("*"):
@@ -235,16 +274,25 @@ def test_munged_running_a_wrong_key_fails_the_munge_check_or_is_fixed(cluster):
     # wrong key in memory (the file being right again) must not pass the munge step
     # silently: 50-slurm would then wait CONTROLLER_WAIT for a slurmctld that rejects it.
     node = next(n for n in cluster.c.nodes.values() if n.role == "worker")
-    restart_munged = ("kill $(cat /run/gpu-cluster/munge.pid); while kill -0 $(cat /run/gpu-cluster/munge.pid) 2>/dev/null; "
-                      "do sleep 0.1; done; rm -f /run/gpu-cluster/munge.pid; ")
+    restart_munged = (
+        "kill $(cat /run/gpu-cluster/munge.pid); while kill -0 $(cat /run/gpu-cluster/munge.pid) 2>/dev/null; "
+        "do sleep 0.1; done; rm -f /run/gpu-cluster/munge.pid; "
+    )
     # munged starts with a wrong key; then the right file is back (e.g. restored by hand)
     # but nobody restarts munged.
-    r = cluster.c.run(node, ["bash", "-c",
-                             "set -e; cp -p /etc/munge/munge.key /root/cluster.key; "
-                             "head -c 1024 /dev/urandom > /etc/munge/munge.key; " + restart_munged +
-                             "(setsid setpriv --reuid=munge --regid=munge --init-groups munged -F "
-                             "</dev/null >/dev/null 2>&1 & echo $! > /run/gpu-cluster/munge.pid); sleep 1; "
-                             "cp -p /root/cluster.key /etc/munge/munge.key"])
+    r = cluster.c.run(
+        node,
+        [
+            "bash",
+            "-c",
+            "set -e; cp -p /etc/munge/munge.key /root/cluster.key; "
+            "head -c 1024 /dev/urandom > /etc/munge/munge.key; "
+            + restart_munged
+            + "(setsid setpriv --reuid=munge --regid=munge --init-groups munged -F "
+            "</dev/null >/dev/null 2>&1 & echo $! > /run/gpu-cluster/munge.pid); sleep 1; "
+            "cp -p /root/cluster.key /etc/munge/munge.key",
+        ],
+    )
     assert r.returncode == 0, r.stderr
     try:
         offset = len(_boot_log(node))
@@ -298,8 +346,11 @@ def test_replaced_controller_resumes_the_queue_and_workers_follow_it(cluster):
     while time.monotonic() < deadline:
         used = [n.upper("/var/lib/gpu-cluster/controller.env") for n in workers]
         states = cluster.node_states()
-        if all(u.exists() and u.read_text() == published for u in used) and \
-                sorted(states) == _live(cluster) and all(s == "idle" for s in states.values()):
+        if (
+            all(u.exists() and u.read_text() == published for u in used)
+            and sorted(states) == _live(cluster)
+            and all(s == "idle" for s in states.values())
+        ):
             break
         time.sleep(1)
     assert sorted(cluster.node_states()) == _live(cluster), cluster.node_states()
