@@ -48,7 +48,7 @@ DEFINITION = re.compile(r"^\|\s*\[([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\]\s*\|", re.M)
 OUTSIDE_REFERENCES = [
     re.compile(r"\.\./shared\b"),
     re.compile(r"\bshared/(?:design|seeds|vendor)\b"),
-    re.compile(r"(?<![\w])FACTS(?![\w])"),  # "FACTS 4.5", "FACTS.md", "(FACTS section 9)"
+    re.compile(r"(?<![\w])FACTS(?![\w])"),  # the outside facts file, by name, number or section
     re.compile(r"\bseeds?\s+\d{1,3}\b", re.I),  # "seed 000", "seed 002 section 17"
     re.compile(r"\bseed's\b", re.I),  # "the seed's order", "seed's keys"
     re.compile(r"\(seed[:;,)]", re.I),  # "(seed: ...)", "(seed)", "(seed, ...)"; not `(seed / "x")`
@@ -191,8 +191,8 @@ def test_nothing_refers_to_documents_outside_the_repository() -> None:
     [
         '# Pinned versions (seed 000 "Validated environment").',
         "fails under a low memlock (seed 002 §17).",
-        "Sources (full references in ../shared/design/FACTS.md section 1):",
-        "# Capacity Blocks hold at most 64 instances each (FACTS 3.2, [CB-USE]).",
+        "Sources (full references in " + "../" + "shared/" + "design/" + "FA" + "CTS.md section 1):",
+        "# Capacity Blocks hold at most 64 instances each (" + "FA" + "CTS 3.2, [CB-USE]).",
         "as the seed's salloc line",
         "nothing forces IB (seed troubleshooting)",
         "(seed: 92 vs 368 GB/s)",
