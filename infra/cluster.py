@@ -157,6 +157,7 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
             capacity_blocks=cfg.uses_capacity_blocks,
             placement_group=cfg.uses_placement_group,
             tags=tags,
+            aws_name_base=cfg.aws_name_base,
         ),
     )
 
@@ -173,6 +174,7 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
             now=now,
             block_end_margin_minutes=cfg.capacity.block_end_margin_minutes,
             tags=cfg.tags,
+            aws_name_base=cfg.aws_name_base,
         ),
     )
 

@@ -31,6 +31,7 @@ from infra.component import Component
 from infra.efa import interface_layout
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig, RootVolumeConfig
+from model.preflight import launch_template_name
 
 # Ubuntu DLAMI root device.
 ROOT_DEVICE = "/dev/sda1"
@@ -64,6 +65,9 @@ class NodeLaunchTemplateArgs:
     capacity_blocks: bool = False  # market type capacity-block; the groups name the blocks
     placement_group: bool = False
     tags: dict[str, str] = field(default_factory=dict)
+    # What the template's fixed name derives from (ClusterConfig.aws_name_base: the stack
+    # name under Pulumi); None: the cluster name.
+    aws_name_base: str | None = None
 
 
 def network_interfaces(spec: InstanceSpec, security_group_id: pulumi.Input[str]) -> list:
@@ -108,7 +112,7 @@ class NodeLaunchTemplate(Component):
 
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            name=f"gpu-cluster-{args.cluster_name}",
+            name=launch_template_name(args.aws_name_base or args.cluster_name),
             description=f"gpu-cluster {args.cluster_name} {args.spec.name} nodes",
             image_id=args.image_id,
             instance_type=args.spec.name,

@@ -19,7 +19,7 @@ Replacing a node (same template version, joins with no edit; drain it in Slurm f
   (a node that fails EC2 status checks or is terminated is replaced without this).
 Rolling out a template change on purpose, one group at a time, workers first, the
 controller group last (its state is on /fsx, so the new controller resumes the queue):
-    aws autoscaling start-instance-refresh --auto-scaling-group-name gpu-cluster-<cluster>-<group> \
+    aws autoscaling start-instance-refresh --auto-scaling-group-name gpu-cluster-<stack>-<group> \
         --preferences '{"MinHealthyPercentage": 90, "SkipMatching": true, "InstanceWarmup": 900}'
   SkipMatching leaves nodes already on the pinned version alone. A Capacity Block has no
   spare capacity, so the refresh terminates before it launches (MinHealthyPercentage
@@ -47,14 +47,16 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.component import Component
+from model import preflight
 from model import tags as node_tags
 from model.config import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
 from model.schedule import GroupSchedule, group_schedule
 from model.tags import ON_DEMAND
 
 
-def asg_name(cluster_name: str, group_name: str) -> str:
-    return f"gpu-cluster-{cluster_name}-{group_name}"
+def asg_name(name_base: str, group_name: str) -> str:
+    """`name_base`: ClusterConfig.aws_name_base (the stack name under Pulumi)."""
+    return preflight.asg_name(name_base, group_name)
 
 
 def instance_tags(cluster_name: str, group: NodeGroup, total_nodes: int, extra: dict[str, str]) -> dict[str, str]:
@@ -85,6 +87,9 @@ class NodeGroupsArgs:
     now: datetime | None = None  # required with Capacity Blocks: decides started / not started
     block_end_margin_minutes: int = DEFAULT_BLOCK_END_MARGIN_MINUTES
     tags: dict[str, str] = field(default_factory=dict)
+    # What the groups' fixed names derive from (ClusterConfig.aws_name_base); None: the
+    # cluster name.
+    aws_name_base: str | None = None
 
 
 def _pinned(version) -> str:
@@ -127,7 +132,7 @@ class NodeGroups(Component):
         size = sched.size_now
         asg = aws.autoscaling.Group(
             f"{name}-{g.name}",
-            name=asg_name(args.cluster_name, g.name),
+            name=asg_name(args.aws_name_base or args.cluster_name, g.name),
             min_size=size,
             max_size=size,
             desired_capacity=size,

@@ -6,15 +6,22 @@ from datetime import UTC, datetime
 
 import pulumi
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, parse_config
+from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, config_warnings, parse_config
 
 
 def load_config() -> ClusterConfig:
+    """The parsed config of this stack: `name` defaults to the stack name, the AZs are
+    checked against `aws:region` (when set), and accepted-but-odd settings are logged
+    as warnings (`pulumi preview` shows them)."""
     raw = pulumi.Config(CONFIG_NAMESPACE).get_object(CONFIG_KEY)
+    region = pulumi.Config("aws").get("region")
     try:
-        return parse_config(raw)
+        cfg = parse_config(raw, stack=pulumi.get_stack(), region=region or None)
     except ConfigError as err:
         raise pulumi.RunError(str(err)) from None
+    for path, message in config_warnings(cfg):
+        pulumi.log.warn(f"{path}: {message}")
+    return cfg
 
 
 def aws_region() -> str:

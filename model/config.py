@@ -8,12 +8,15 @@ resource is declared. No pulumi import here: the renderer and the tests use it t
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from model import aws_rules
+from model import tags as node_tags
 from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
 
 CONFIG_NAMESPACE = "gpu-cluster"
@@ -44,12 +47,15 @@ _FSX_INCREMENT = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "P
 # Per-unit storage throughput, MB/s/TiB, SSD storage [BOTO-FSX].
 _FSX_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 
-# Cluster names end up in AWS names (ASG, launch template, IAM role: 64 chars with our
-# suffixes), in Slurm's ClusterName (lowercase only) and in paths on /fsx.
+# Cluster names end up in the payload bucket's name prefix (S3: lowercase, at most 37
+# characters with our `gpu-cluster-` and `-`), in logical names (IAM role and instance
+# profile names are derived from them, 64 characters), in Slurm's ClusterName
+# (lowercase only) and in paths on /fsx.
 _CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")
 # Slurm partition and block names become Slurm identifiers and node features.
 _SLURM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+MAX_VPC_PREFIX = 24
 
 
 class Strict(BaseModel):
@@ -92,9 +98,11 @@ class NetworkConfig(Strict):
     @field_validator("vpc_cidr")
     @classmethod
     def _cidr(cls, v: str) -> str:
-        m = re.match(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})/(\d{1,2})$", v)
-        if not m or any(int(o) > 255 for o in m.groups()[:4]) or not 16 <= int(m.group(5)) <= 24:
-            raise ValueError(f"'{v}' is not an IPv4 CIDR between /16 and /24; use e.g. '10.0.0.0/16'")
+        # The program cuts the block into quarters (infra/network.py); a /24 gives /26
+        # subnets of 59 usable addresses, enough for a node each plus FSx.
+        problem = aws_rules.cidr_problem(v, max_prefix=MAX_VPC_PREFIX)
+        if problem:
+            raise ValueError(problem)
         return v
 
 
@@ -114,6 +122,26 @@ class CapacityBlock(Strict):
     end: datetime | None = Field(
         None, description="Block end, ISO-8601 with zone (blocks end at 11:30 UTC); required to deploy."
     )
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _not_a_number(cls, v: Any) -> Any:
+        # Pydantic reads a number as seconds since 1970: `end: 0` would become a
+        # 1970 date and a message about a date nobody wrote.
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError(
+                f"{_got(v)} is a number, not a time; write it as ISO-8601 with a zone in quotes, e.g. '2026-12-08T11:30:00Z'"
+            )
+        return v
+
+    @field_validator("availability_zone")
+    @classmethod
+    def _az(cls, v: str) -> str:
+        if not _AZ.match(v):
+            raise ValueError(
+                f"'{v}' is not an availability zone name; copy the block's zone from EC2, e.g. 'us-east-2b'"
+            )
+        return v
 
     @field_validator("start", "end")
     @classmethod
@@ -187,8 +215,14 @@ class DataRepository(Strict):
     @field_validator("s3_uri")
     @classmethod
     def _s3(cls, v: str) -> str:
-        if not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$", v):
+        m = re.match(r"^s3://([^/\s]*)(/\S*)?$", v)
+        if not m:
             raise ValueError(f"'{v}' is not an S3 URI; use 's3://bucket-name/prefix'")
+        problem = aws_rules.s3_bucket_problem(m.group(1))
+        if problem:
+            raise ValueError(
+                f"{problem}, so FSx cannot link '{v}'; use the name of an existing bucket: 's3://bucket-name/prefix'"
+            )
         return v
 
     @field_validator("file_system_path")
@@ -308,20 +342,36 @@ class SlurmConfig(Strict):
 class ValidationConfig(Strict):
     enabled: bool = Field(True, description="Submit the first-boot validation job on the controller.")
     container_image: str = Field(
-        "nvcr.io#nvidia/pytorch:26.08-py3", description="Training image for the in-container check ('' skips it)."
+        "nvcr.io#nvidia/pytorch:26.08-py3",
+        description="Training image for the in-container check: Enroot form `[USER@][REGISTRY#]IMAGE[:TAG|@DIGEST]` or an absolute .sqsh path ('' skips it).",
     )
     time_limit_minutes: int = Field(60, ge=5, le=720, description="Slurm time limit of the validation job.")
-    baseline_margin: float = Field(0.10, gt=0, lt=1, description="Drop vs baseline that turns a run NO-GO.")
+    baseline_margin: float = Field(
+        0.10, gt=0, lt=1, allow_inf_nan=False, description="Drop vs baseline that turns a run NO-GO."
+    )
     wait_for_nodes_minutes: int = Field(
         30, ge=1, le=240, description="How long the controller waits for nodes to be idle."
     )
 
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        problem = aws_rules.container_image_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
-_TAG_KEY = re.compile(r"^[\w .:/=+\-@]{1,128}$")
+
+# Tag keys the program sets itself: the most any one resource carries (an instance:
+# Name and the node identity tags, model/tags.py, infra/nodes.py).
+PROGRAM_TAG_KEYS = ("Name", *node_tags.NODE_IDENTITY, node_tags.BLOCK_END)
 
 
 class ClusterConfig(Strict):
-    name: str = Field(description="Cluster name: AWS resource names, Slurm ClusterName, /fsx paths.")
+    name: str = Field(
+        description="Cluster name: Slurm ClusterName, /fsx paths, the GpuClusterName tag; defaults to the stack name.",
+        json_schema_extra={"doc_default": "the stack name"},
+    )
     instance_type: str = Field(description="GPU instance type from the catalog.")
     network: NetworkConfig = Field(description="Where the nodes live: one subnet in one AZ.")
     capacity: CapacityConfig = Field(description="How many nodes, and which Capacity Blocks hold them.")
@@ -350,21 +400,32 @@ class ClusterConfig(Strict):
             raise ValueError(f"'{v}' is not supported; use one of {', '.join(SUPPORTED_INSTANCE_TYPES)}")
         return v
 
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if key.lower().startswith("aws:"):
-                raise ValueError(f"tag key '{key}' uses the reserved 'aws:' prefix; rename it")
-            if not _TAG_KEY.match(key):
-                raise ValueError(
-                    f"tag key '{key}' has characters AWS rejects or is longer than 128; use letters, digits, spaces and _.:/=+-@"
-                )
-            if len(value) > 256:
-                raise ValueError(f"tag '{key}' value is longer than 256 characters; shorten it")
-        return v
+    # The Pulumi stack the config was read for (parse_config(raw, stack=...)); not a key.
+    _stack: str | None = PrivateAttr(None)
 
     # Derived values, computed once so components and renderers agree.
+    @property
+    def stack(self) -> str | None:
+        return self._stack
+
+    @property
+    def aws_name_base(self) -> str:
+        """What the program's fixed AWS names derive from: the stack name, else the cluster name.
+
+        Launch template and Auto Scaling group names are unique per account and region
+        and fixed (operators and `ops` find the groups by name). A stack file copied
+        without renaming keeps its `name`, so names built from the cluster name would
+        collide with the original stack's; the stack name cannot (one project's stacks
+        have distinct names), and with the default `name` it is the cluster name anyway.
+        Everything else is auto-named by Pulumi (a random suffix: IAM role and profile,
+        payload bucket, placement group, security group) or has no account-wide name.
+        """
+        return self._stack or self.name
+
+    @property
+    def aws_name_prefix(self) -> str:
+        return f"gpu-cluster-{self.aws_name_base}"
+
     @property
     def spec(self):
         return CATALOG[self.instance_type]
@@ -431,6 +492,34 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
+def _got(value: Any) -> str:
+    """The offending value as the stack file spells it (null, true, NaN), shortened."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# Pydantic messages that name Python classes or say nothing about the value given.
+_SHAPE_MESSAGES = {
+    "model_type": "must be an object (a mapping of keys, see the config reference in README.md)",
+    "model_attributes_type": "must be an object (a mapping of keys, see the config reference in README.md)",
+    "dict_type": "must be a mapping of keys to values",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string (quote it)",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+}
+
+
 def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for e in err.errors():
@@ -439,8 +528,10 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
             msg = "unknown key; remove it or check its spelling against the config reference in README.md"
         elif e["type"] == "missing":
             msg = "required; add it to the stack file"
-        elif e["type"] == "literal_error":
-            msg = f"{msg} (got {e['input']!r})"
+        elif e["type"] in _SHAPE_MESSAGES:
+            msg = f"{_SHAPE_MESSAGES[e['type']]} (got {_got(e['input'])})"
+        elif e["type"] == "literal_error" or e["type"].startswith(("greater_than", "less_than", "datetime")):
+            msg = f"{msg} (got {_got(e['input'])})"
         problems.append((_loc_to_path(e["loc"]), msg))
     return problems
 
@@ -527,15 +618,38 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
         )
     allowed = _FSX_THROUGHPUT.get(dt)
     tput = fsx.per_unit_storage_throughput
-    if allowed is None and tput is not None and "per_unit_storage_throughput" in fsx.model_fields_set:
-        problems.append((p("fsx", "per_unit_storage_throughput"), f"{dt} has no per-unit throughput; remove it"))
-    elif allowed is not None and tput not in allowed:
+    tput_set = "per_unit_storage_throughput" in fsx.model_fields_set
+    if allowed is None and tput is not None and tput_set:
         problems.append(
             (
                 p("fsx", "per_unit_storage_throughput"),
-                f"{tput} MB/s/TiB is not allowed for {dt}; use one of {', '.join(map(str, allowed))}",
+                f"{dt} has no per-unit throughput (only PERSISTENT types take one); remove it",
             )
         )
+    elif allowed is not None and tput is None:
+        problems.append(
+            (
+                p("fsx", "per_unit_storage_throughput"),
+                f"required for {dt} (null given); use one of {', '.join(map(str, allowed))} MB/s/TiB",
+            )
+        )
+    elif allowed is not None and tput not in allowed:
+        if tput_set:
+            problems.append(
+                (
+                    p("fsx", "per_unit_storage_throughput"),
+                    f"{tput} MB/s/TiB is not allowed for {dt}; use one of {', '.join(map(str, allowed))}",
+                )
+            )
+        else:
+            # The default only fails because of the deployment type the user chose.
+            problems.append(
+                (
+                    p("fsx", "deployment_type"),
+                    f"{dt} does not take the default per_unit_storage_throughput of {tput} MB/s/TiB; "
+                    f"add fsx.per_unit_storage_throughput: one of {', '.join(map(str, allowed))}",
+                )
+            )
     if fsx.data_repository is not None and dt.startswith("SCRATCH_1"):
         problems.append(
             (
@@ -607,7 +721,80 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
         problems.append(
             (p("image", "allow_unpinned"), "image.ami_id pins the image already; remove allow_unpinned or ami_id")
         )
+
+    problems += _az_problems(cfg)
+    problems += _gp3_problems(cfg)
+    problems += _tag_problems(cfg)
     return problems
+
+
+def _az_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """AZ names must name a zone of a region AWS has (whatever aws:region is)."""
+    out = []
+    azs: list[tuple[tuple[str | int, ...], str]] = [(("network", "availability_zone"), cfg.network.availability_zone)]
+    azs += [
+        (("capacity", "capacity_blocks", i, "availability_zone"), b.availability_zone)
+        for i, b in enumerate(cfg.capacity.capacity_blocks)
+        if b.availability_zone != cfg.network.availability_zone
+    ]
+    for parts, az in azs:
+        region = aws_rules.az_region(az)
+        if region is not None and region not in aws_rules.REGIONS:
+            out.append(
+                (
+                    _loc_to_path(parts),
+                    f"'{az}' is not a zone of any AWS region ('{region}' is not a region code); "
+                    "use a zone of aws:region, e.g. 'us-east-2b'",
+                )
+            )
+    return out
+
+
+def _gp3_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    rv = cfg.root_volume
+    need = aws_rules.gp3_min_iops(rv.throughput_mibps)
+    if rv.iops >= need:
+        return []
+    most = int(rv.iops * aws_rules.GP3_MIBPS_PER_IOPS)
+    iops_note = "" if "iops" in rv.model_fields_set else " (the default)"
+    # Name the key the user wrote: throughput unless only iops was set.
+    key = "iops" if "throughput_mibps" not in rv.model_fields_set else "throughput_mibps"
+    return [
+        (
+            _loc_to_path(("root_volume", key)),
+            f"{rv.throughput_mibps} MiB/s of gp3 throughput needs at least {need} IOPS (gp3 allows "
+            f"{aws_rules.GP3_MIBPS_PER_IOPS} MiB/s per provisioned IOPS) but root_volume.iops is "
+            f"{rv.iops}{iops_note}; raise root_volume.iops to {need} or lower root_volume.throughput_mibps to {most}",
+        )
+    ]
+
+
+def _tag_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    out = []
+    path = _loc_to_path(("tags",))
+    for key, value in cfg.tags.items():
+        problem = aws_rules.tag_key_problem(key)
+        if problem is None and key in node_tags.NODE_IDENTITY + (node_tags.BLOCK_END,):
+            problem = (
+                f"tag key '{key}' is one the program sets on every node (the node reads it at boot, "
+                "docs/node-contract.md); rename yours"
+            )
+        if problem is None:
+            problem = aws_rules.tag_value_problem(key, value)
+        if problem:
+            out.append((path, problem))
+    counted = {k for k in cfg.tags if not k.lower().startswith("aws:")} | set(PROGRAM_TAG_KEYS)
+    if len(counted) > aws_rules.MAX_TAGS_PER_RESOURCE:
+        room = aws_rules.MAX_TAGS_PER_RESOURCE - len(PROGRAM_TAG_KEYS)
+        out.append(
+            (
+                path,
+                f"{len(cfg.tags)} tags plus the {len(PROGRAM_TAG_KEYS)} the program puts on every instance "
+                f"({', '.join(PROGRAM_TAG_KEYS)}) make {len(counted)}; AWS allows "
+                f"{aws_rules.MAX_TAGS_PER_RESOURCE} per resource [AWS-TAGS]: keep at most {room} tags here",
+            )
+        )
+    return out
 
 
 def _section(path: str) -> str:
@@ -654,16 +841,146 @@ def _semantic_errors_beside(raw: dict, shape: list[tuple[str, str]]) -> list[tup
     return kept
 
 
-def parse_config(raw: Any) -> ClusterConfig:
-    """Validate the raw `gpu-cluster:cluster` object; raise ConfigError with every problem."""
+def _name_from_stack(problems: list[tuple[str, str]], stack: str) -> list[tuple[str, str]]:
+    """A refused default name says where it came from: the user never wrote it."""
+    name_path = _loc_to_path(("name",))
+    return [
+        (
+            path,
+            f"not set, so it defaults to the stack name '{stack}', which is not a valid cluster name "
+            "(2-24 lowercase letters, digits or '-', starting with a letter: it becomes Slurm's "
+            "ClusterName and part of AWS names); add name: to the stack file",
+        )
+        if path == name_path
+        else (path, message)
+        for path, message in problems
+    ]
+
+
+def region_problems(cfg: ClusterConfig, region: str) -> list[tuple[str, str]]:
+    """`aws:region` must exist and hold the configured AZs (network and blocks).
+
+    The model never reads `aws:region` itself (it is Pulumi's provider setting); callers
+    that know it (infra/stack.py, ops) pass it here or to parse_config(region=...).
+    """
+    problem = aws_rules.region_problem(region)
+    if problem:
+        return [(REGION_PATH, problem)]
+    out = []
+    net_az = cfg.network.availability_zone
+    azs: list[tuple[tuple[str | int, ...], str]] = [(("network", "availability_zone"), net_az)]
+    azs += [
+        (("capacity", "capacity_blocks", i, "availability_zone"), b.availability_zone)
+        for i, b in enumerate(cfg.capacity.capacity_blocks)
+        if b.availability_zone != net_az
+    ]
+    for parts, az in azs:
+        az_region = aws_rules.az_region(az)
+        if az_region is None or az_region == region or az_region not in aws_rules.REGIONS:
+            continue  # malformed or unknown: reported by parse_config already
+        out.append(
+            (
+                _loc_to_path(parts),
+                f"{az} is a zone of {az_region}, but aws:region is {region}; use a zone of {region} "
+                f"(e.g. {region}a) or set aws:region to {az_region}",
+            )
+        )
+    return out
+
+
+REGION_PATH = "aws:region"
+
+
+def parse_config(raw: Any, stack: str | None = None, region: str | None = None) -> ClusterConfig:
+    """Validate the raw `gpu-cluster:cluster` object; raise ConfigError with every problem.
+
+    `stack`: the Pulumi stack name; `name` defaults to it, and AWS names derive from it
+    (ClusterConfig.aws_name_base). `region`: `aws:region`, checked with region_problems.
+    """
     if not isinstance(raw, dict):
         raise ConfigError([(ROOT, "missing or not an object; set it in Pulumi.<stack>.yaml (see README.md)")])
+    from_stack = stack is not None and raw.get("name") is None
+    if from_stack:
+        raw = {**raw, "name": stack}
+    region_only = [(REGION_PATH, m) for m in [aws_rules.region_problem(region)] if m] if region is not None else []
     try:
         cfg = ClusterConfig.model_validate(raw)
     except ValidationError as err:
         shape = _pydantic_problems(err)
-        raise ConfigError(shape + _semantic_errors_beside(raw, shape)) from None
+        problems = shape + _semantic_errors_beside(raw, shape) + region_only
+        if from_stack:
+            problems = _name_from_stack(problems, str(stack))
+        raise ConfigError(problems) from None
     problems = _semantic_errors(cfg)
+    if region is not None:
+        problems += region_problems(cfg, region)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_name_from_stack(problems, str(stack)) if from_stack else problems)
+    cfg._stack = stack
     return cfg
+
+
+def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Settings AWS and the program accept but that are probably not what was meant.
+
+    Printed (never fatal) wherever the config is loaded: `pulumi preview`/`up`
+    (infra/stack.py, as Pulumi warnings) and the plan CLI.
+    """
+    out: list[tuple[str, str]] = []
+    p = lambda *parts: _loc_to_path(parts)  # noqa: E731
+    blocks = cfg.capacity.capacity_blocks
+    if blocks:
+        held = sum(b.instance_count for b in blocks)
+        if cfg.capacity.nodes < held:
+            out.append(
+                (
+                    p("capacity", "nodes"),
+                    f"{cfg.capacity.nodes} nodes use {cfg.capacity.nodes} of the {held} instances the "
+                    f"Capacity Blocks hold: {held - cfg.capacity.nodes} paid slot(s) stay idle; raise "
+                    f"capacity.nodes to {held} to use them",
+                )
+            )
+    if cfg.stack is not None and cfg.name != cfg.stack:
+        out.append(
+            (
+                p("name"),
+                f"the cluster is named '{cfg.name}' but the stack is '{cfg.stack}': if this stack file "
+                "was copied from another stack, both clusters carry the same GpuClusterName tag and "
+                "Slurm ClusterName (ops finds groups by that tag); remove name (it defaults to the "
+                "stack name) unless that is what you want",
+            )
+        )
+    if cfg.network.subnet_id is None and not aws_rules.is_private(cfg.network.vpc_cidr):
+        out.append(
+            (
+                p("network", "vpc_cidr"),
+                f"{cfg.network.vpc_cidr} is not a private range (10.0.0.0/8, 172.16.0.0/12, "
+                "192.168.0.0/16): the nodes could not reach the public addresses it overlaps; "
+                "use e.g. 10.0.0.0/16",
+            )
+        )
+    if "Name" in cfg.tags:
+        out.append(
+            (
+                p("tags"),
+                "tag 'Name' is replaced by the program's own Name on the VPC, subnets, security "
+                "group, file system and instances (it stays on the others); remove it",
+            )
+        )
+    if cfg.fsx.persistent and cfg.fsx.protect is False:
+        out.append(
+            (
+                p("fsx", "protect"),
+                "false: a preview that deletes or replaces the file system no longer fails, and "
+                "/fsx (Slurm state, checkpoints) would be lost with it",
+            )
+        )
+    if cfg.image.allow_unpinned:
+        out.append(
+            (
+                p("image", "allow_unpinned"),
+                "nodes boot whatever AMI the SSM parameter names at each launch: a replaced node "
+                "may get another kernel than its peers; pin image.ami_id (`python3 -m ops pin --image`)",
+            )
+        )
+    return out

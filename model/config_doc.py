@@ -37,7 +37,10 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
         annotation = field.annotation
         nested = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
         inner = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if field.is_required():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if "doc_default" in extra:
+            default = str(extra["doc_default"])  # filled in by parse_config, e.g. from the stack
+        elif field.is_required():
             default = "required"
         elif field.default_factory is not None or nested is not None:
             default = "see below" if nested is not None else "`{}`"

@@ -112,21 +112,21 @@ def path(*parts: str | int) -> str:
     return p
 
 
-def launch_template_name(cluster_name: str) -> str:
-    """Must equal the name infra/launch_template.py gives the template."""
-    return f"gpu-cluster-{cluster_name}"
+def launch_template_name(name_base: str) -> str:
+    """The template's name (infra/launch_template.py); `name_base`: ClusterConfig.aws_name_base."""
+    return f"gpu-cluster-{name_base}"
 
 
-def asg_name(cluster_name: str, group_name: str) -> str:
-    """Must equal infra/nodes.py `asg_name`."""
-    return f"gpu-cluster-{cluster_name}-{group_name}"
+def asg_name(name_base: str, group_name: str) -> str:
+    """A group's name (infra/nodes.py); `name_base`: ClusterConfig.aws_name_base."""
+    return f"gpu-cluster-{name_base}-{group_name}"
 
 
 def fixed_names(cfg: ClusterConfig) -> list[tuple[str, str]]:
     """(kind, name) of every AWS name the program fixes (not auto-named by Pulumi)."""
-    names = [("launch template", launch_template_name(cfg.name))]
+    names = [("launch template", launch_template_name(cfg.aws_name_base))]
     # Groups of size 0 get no ASG (infra/nodes.py).
-    names += [("Auto Scaling group", asg_name(cfg.name, g.name)) for g in cfg.node_groups() if g.size > 0]
+    names += [("Auto Scaling group", asg_name(cfg.aws_name_base, g.name)) for g in cfg.node_groups() if g.size > 0]
     return names
 
 

@@ -39,8 +39,9 @@ def load_raw(stack: str, root: Path = REPO) -> tuple[Any, str | None]:
 def load_stack(stack: str, region: str | None = None, root: Path = REPO) -> Stack:
     """Parsed stack; ConfigError (every `path: message`) when the config is bad."""
     raw, file_region = load_raw(stack, root)
-    cfg = parse_config(raw)
     region = region or file_region
+    # The stack name is `name`'s default and what the program's AWS names derive from.
+    cfg = parse_config(raw, stack=stack, region=region or None)
     if not region:
         raise ConfigError([("aws:region", "not set; add `aws:region: <region>` to the stack file or pass --region")])
     return Stack(stack, region, cfg)

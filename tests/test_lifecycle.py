@@ -85,7 +85,7 @@ def test_moving_to_the_next_block_changes_only_groups_and_their_actions():
         "t1-controller-scale-out",
     }
     controller = after[(ASG, "t1-controller")]
-    assert controller["name"] == "gpu-cluster-t1-controller"
+    assert controller["name"] == "gpu-cluster-dev-controller"  # AWS names follow the stack (dev)
     assert controller["capacityReservationSpecification"]["capacityReservationTarget"] == {
         "capacityReservationIds": [CR_B]
     }
@@ -118,9 +118,10 @@ def test_group_names_follow_block_names_not_positions():
     }
     names = {r["name"]: r["inputs"]["name"] for r in run_program(raw).of_type(ASG)}
     assert names == {
-        "t1-controller": "gpu-cluster-t1-controller",
-        "t1-block-x": "gpu-cluster-t1-block-x",
-        "t1-block-y": "gpu-cluster-t1-block-y",
+        # AWS names follow the stack (run_program runs stack dev), logical names the cluster.
+        "t1-controller": "gpu-cluster-dev-controller",
+        "t1-block-x": "gpu-cluster-dev-block-x",
+        "t1-block-y": "gpu-cluster-dev-block-y",
     }
 
 
@@ -385,4 +386,4 @@ def test_preflight_refuses_a_pinned_ubuntu_2204_image():
 def test_preflight_egress_through_a_transit_gateway_is_a_warning_not_an_error():
     raw = valid_raw()
     run = run_program(raw, mocks=_mocks(raw, default_route="tgw-0123456789abcdef0"))
-    assert run.inputs(ASG, "t1-block-a")["name"] == "gpu-cluster-t1-block-a"
+    assert run.inputs(ASG, "t1-block-a")["name"] == "gpu-cluster-dev-block-a"

@@ -146,8 +146,15 @@ def test_fixed_names_are_the_names_the_program_uses():
         ("Auto Scaling group", "gpu-cluster-dev-block-a"),
     ]
     assert asg_name("dev", "block-a") == nodes.asg_name("dev", "block-a")
-    src = (__import__("pathlib").Path(nodes.__file__).parent / "launch_template.py").read_text()
-    assert 'name=f"gpu-cluster-{args.cluster_name}"' in src and launch_template_name("x") == "gpu-cluster-x"
+    assert launch_template_name("x") == "gpu-cluster-x"
+    # Parsed for a stack, the names follow the stack (tests/test_stack_names.py runs the
+    # program and compares these with the names it declares).
+    staging = parse_config(BASE, stack="staging")
+    assert fixed_names(staging) == [
+        ("launch template", "gpu-cluster-staging"),
+        ("Auto Scaling group", "gpu-cluster-staging-controller"),
+        ("Auto Scaling group", "gpu-cluster-staging-block-a"),
+    ]
 
 
 @pytest.mark.skipif("start" not in CapacityBlock.model_fields, reason="block start/end not in the config schema yet")
