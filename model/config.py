@@ -343,7 +343,7 @@ class ValidationConfig(Strict):
     enabled: bool = Field(True, description="Submit the first-boot validation job on the controller.")
     container_image: str = Field(
         "nvcr.io#nvidia/pytorch:26.08-py3",
-        description="Training image for the in-container check: Enroot form `[USER@][REGISTRY#]IMAGE[:TAG|@DIGEST]` or an absolute .sqsh path ('' skips it).",
+        description="Training image for the in-container check: Enroot form `[USER@][REGISTRY#]IMAGE[:TAG]` (or `@DIGEST`), or an absolute .sqsh path ('' skips it).",
     )
     time_limit_minutes: int = Field(60, ge=5, le=720, description="Slurm time limit of the validation job.")
     baseline_margin: float = Field(
