@@ -25,8 +25,14 @@ def node_ipv4(name: str) -> str | None:
     return ".".join(m.groups())
 
 
-def cluster_groups(ctx: Context, cluster: str) -> list[dict[str, Any]]:
-    """Every Auto Scaling group tagged GpuClusterName=<cluster>, sorted by name."""
+def cluster_groups(ctx: Context, cluster: str, name_base: str | None = None) -> list[dict[str, Any]]:
+    """The stack's Auto Scaling groups, sorted by name.
+
+    Tagged GpuClusterName=<cluster> and named from the stack (`name_base`:
+    ClusterConfig.aws_name_base): a stack file copied without renaming `name` yields a
+    second cluster with the same tag, told apart only by its group names.
+    """
+    prefix = asg_name(name_base or cluster, "")
     autoscaling = ctx.session.client("autoscaling")
     groups, token = [], None
     while True:
@@ -34,14 +40,14 @@ def cluster_groups(ctx: Context, cluster: str) -> list[dict[str, Any]]:
         if token:
             params["NextToken"] = token
         page = call(autoscaling, "describe_auto_scaling_groups", "listing the cluster's Auto Scaling groups", **params)
-        groups += page["AutoScalingGroups"]
+        groups += [g for g in page["AutoScalingGroups"] if g["AutoScalingGroupName"].startswith(prefix)]
         token = page.get("NextToken")
         if not token:
             return sorted(groups, key=lambda g: g["AutoScalingGroupName"])
 
 
-def group_short_name(cluster: str, asg: str) -> str:
-    return asg.removeprefix(f"gpu-cluster-{cluster}-")
+def group_short_name(name_base: str, asg: str) -> str:
+    return asg.removeprefix(asg_name(name_base, ""))
 
 
 def group_block_id(group: dict[str, Any]) -> str | None:
@@ -71,9 +77,9 @@ def describe_instances(ctx: Context, ids: list[str]) -> dict[str, dict[str, Any]
             return out
 
 
-def controller_instance(ctx: Context, cluster: str) -> str:
-    """Instance id of the InService controller (its group's name is fixed)."""
-    name = asg_name(cluster, CONTROLLER_GROUP)
+def controller_instance(ctx: Context, name_base: str) -> str:
+    """Instance id of the InService controller (its group's name is fixed from the stack)."""
+    name = asg_name(name_base, CONTROLLER_GROUP)
     page = call(
         ctx.session.client("autoscaling"),
         "describe_auto_scaling_groups",

@@ -121,13 +121,13 @@ def _wait_new_instance(ctx: Context, asg: str, old: set[str], timeout: float, po
         ctx.clock.sleep(poll)
 
 
-def _wait_idle(ctx: Context, cluster: str, node: str, timeout: float, poll: float) -> str:
+def _wait_idle(ctx: Context, cluster: str, name_base: str, node: str, timeout: float, poll: float) -> str:
     start = ctx.clock.monotonic()
     state = ""
     while True:
         try:
             # Re-resolved each time: the node being replaced may be the controller.
-            controller = controller_instance(ctx, cluster)
+            controller = controller_instance(ctx, name_base)
             res = run_shell(ctx, controller, node_state_script(node), f"sinfo {node}", timeout=60)
             state = res.stdout.strip() if res.status == "Success" else state
         except OpsError as err:
@@ -155,13 +155,16 @@ def replace(
     instance_timeout: float = 1800,
     idle_timeout: float = 2700,
     poll: float = 30,
+    name_base: str | None = None,
 ) -> Replacement:
+    """Replace one node; `name_base` (ClusterConfig.aws_name_base) names the groups."""
+    name_base = name_base or cluster
     rep = Replacement(node)
     try:
         instance_id, slurm_node, asg = resolve(ctx, cluster, node)
         rep.add(ctx, "resolve", "ok", f"{node} is {instance_id} ({slurm_node}) in {asg}")
         if drain:
-            controller = controller_instance(ctx, cluster)
+            controller = controller_instance(ctx, name_base)
             res = run_shell(ctx, controller, drain_script(slurm_node, DRAIN_REASON), f"drain {slurm_node}")
             if res.status != "Success":
                 raise OpsError(
@@ -187,7 +190,7 @@ def replace(
             raise OpsError(f"new instance {new_id} has no private IPv4")
         new_node = node_name(ip)
         rep.add(ctx, "new-instance", "ok", f"{new_id} ({new_node}) InService in {asg}")
-        state = _wait_idle(ctx, cluster, new_node, idle_timeout, poll)
+        state = _wait_idle(ctx, cluster, name_base, new_node, idle_timeout, poll)
         rep.add(ctx, "slurm-idle", "ok", f"{new_node} is {state} in Slurm")
     except OpsError as err:
         done = {s.stage for s in rep.stages}
@@ -196,7 +199,7 @@ def replace(
     return rep
 
 
-def run(ctx: Context, args: Any, cluster: str) -> int:
+def run(ctx: Context, args: Any, cluster: str, name_base: str | None = None) -> int:
     rep = replace(
         ctx,
         cluster,
@@ -205,6 +208,7 @@ def run(ctx: Context, args: Any, cluster: str) -> int:
         instance_timeout=args.instance_timeout * 60,
         idle_timeout=args.idle_timeout * 60,
         poll=args.poll,
+        name_base=name_base,
     )
     ok = all(s.status != "failed" for s in rep.stages)
     if args.json:

@@ -34,10 +34,10 @@ def _blocks(ctx: Context, ids: list[str]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _remote(ctx: Context, cluster: str) -> dict[str, Any]:
+def _remote(ctx: Context, cluster: str, name_base: str) -> dict[str, Any]:
     """Boot markers, gate report and Slurm states, read on the controller through SSM."""
     try:
-        controller = controller_instance(ctx, cluster)
+        controller = controller_instance(ctx, name_base)
         ctx.progress(f"reading node status and the validation gate on {controller} through SSM ...")
         res = run_shell(ctx, controller, status_script(cluster), "gpu-cluster status", timeout=120)
     except OpsError as err:
@@ -53,8 +53,9 @@ def _remote(ctx: Context, cluster: str) -> dict[str, Any]:
         return {"error": f"status script output is not JSON ({err}); it may have been truncated"}
 
 
-def collect(ctx: Context, cluster: str, region: str, ssm: bool = True) -> dict[str, Any]:
-    groups = cluster_groups(ctx, cluster)
+def collect(ctx: Context, cluster: str, region: str, ssm: bool = True, name_base: str | None = None) -> dict[str, Any]:
+    name_base = name_base or cluster
+    groups = cluster_groups(ctx, cluster, name_base)
     if not groups:
         raise OpsError(
             f"no Auto Scaling group tagged GpuClusterName={cluster} in {region}; "
@@ -63,7 +64,7 @@ def collect(ctx: Context, cluster: str, region: str, ssm: bool = True) -> dict[s
     blocks = _blocks(ctx, sorted({b for g in groups if (b := group_block_id(g))}))
     ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
     instances = describe_instances(ctx, ids)
-    remote = _remote(ctx, cluster) if ssm and ids else {}
+    remote = _remote(ctx, cluster, name_base) if ssm and ids else {}
     markers, slurm = remote.get("markers", {}), remote.get("slurm", {})
     out_groups = []
     for g in groups:
@@ -90,7 +91,7 @@ def collect(ctx: Context, cluster: str, region: str, ssm: bool = True) -> dict[s
         bid = group_block_id(g)
         out_groups.append(
             {
-                "group": group_short_name(cluster, g["AutoScalingGroupName"]),
+                "group": group_short_name(name_base, g["AutoScalingGroupName"]),
                 "asg": g["AutoScalingGroupName"],
                 "desired": g.get("DesiredCapacity"),
                 "launch_template_version": g.get("LaunchTemplate", {}).get("Version"),
@@ -149,7 +150,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(ctx: Context, args: Any, cluster: str, region: str) -> int:
-    report = collect(ctx, cluster, region, ssm=not args.no_ssm)
+def run(ctx: Context, args: Any, cluster: str, region: str, name_base: str | None = None) -> int:
+    report = collect(ctx, cluster, region, ssm=not args.no_ssm, name_base=name_base)
     ctx.print(json.dumps(report, indent=2, sort_keys=True) if args.json else render(report))
     return 0

@@ -142,8 +142,10 @@ def asg_instance(iid: str, state: str = "InService", health: str = "Healthy", ve
     }
 
 
-def asg(group: str, instances: list[dict[str, Any]], desired: int = 1, block: str | None = CR) -> dict[str, Any]:
-    name = f"gpu-cluster-dev-{group}"
+def asg(
+    group: str, instances: list[dict[str, Any]], desired: int = 1, block: str | None = CR, base: str = "dev"
+) -> dict[str, Any]:
+    name = f"gpu-cluster-{base}-{group}"
     g: dict[str, Any] = {
         "AutoScalingGroupName": name,
         "MinSize": desired,
@@ -223,9 +225,9 @@ def stub_ssm(
     )
 
 
-def stub_controller(aws: Aws, instance_id: str = "i-0c000000000000001") -> None:
+def stub_controller(aws: Aws, instance_id: str = "i-0c000000000000001", base: str = "dev") -> None:
     aws.stub("autoscaling").add_response(
         "describe_auto_scaling_groups",
-        {"AutoScalingGroups": [asg("controller", [asg_instance(instance_id)])]},
-        {"AutoScalingGroupNames": ["gpu-cluster-dev-controller"]},
+        {"AutoScalingGroups": [asg("controller", [asg_instance(instance_id)], base=base)]},
+        {"AutoScalingGroupNames": [f"gpu-cluster-{base}-controller"]},
     )

@@ -153,6 +153,40 @@ def test_status_json_and_ssm_failure_is_reported_not_fatal(tmp_path):
     }
 
 
+def test_status_of_a_copied_stack_reads_only_its_own_groups(tmp_path):
+    """Pulumi.staging.yaml copied from dev keeps `name: dev`: both clusters carry the tag
+    GpuClusterName=dev, only the group names (from the stack) tell them apart."""
+    stack_dir(tmp_path)
+    (tmp_path / "Pulumi.dev.yaml").rename(tmp_path / "Pulumi.staging.yaml")
+    other = "i-0d000000000000009"
+    aws = Aws()
+    aws.stub("autoscaling").add_response(
+        "describe_auto_scaling_groups",
+        {
+            "AutoScalingGroups": [
+                asg("controller", [asg_instance(other)], block=None),
+                asg("controller", [asg_instance(CTRL)], block=None, base="staging"),
+            ]
+        },
+        TAG_FILTER,
+    )
+    aws.stub("ec2").add_response(
+        "describe_instances",
+        {"Reservations": [{"Instances": [ec2_instance(CTRL, "10.0.1.5", "controller")]}]},
+        {"InstanceIds": [CTRL]},
+    )
+    stub_controller(aws, CTRL, base="staging")
+    stub_ssm(aws, CTRL, status_script("dev"), "gpu-cluster status", 120, f"{STATUS_BEGIN}\n{json.dumps(REMOTE)}\n")
+    ctx = context(aws, clock=FakeClock())
+    rc = main(["status", "--stack", "staging", "--stack-dir", str(tmp_path)], ctx=ctx, session_for=aws.session)
+    aws.done()
+    out = ctx.out.getvalue().splitlines()
+    assert rc == 0, ctx.err.getvalue()
+    assert out[1] == "group controller (gpu-cluster-staging-controller): desired 1, template v3, on-demand"
+    assert out[2] == "  i-0c000000000000001  10.0.1.5  ip-10-0-1-5  InService/Healthy  v3  boot ok  slurm idle"
+    assert other not in ctx.out.getvalue()
+
+
 def test_status_without_groups_says_so(tmp_path):
     aws = Aws()
     aws.stub("autoscaling").add_response("describe_auto_scaling_groups", {"AutoScalingGroups": []}, TAG_FILTER)
