@@ -33,6 +33,7 @@ import argparse
 import concurrent.futures
 import difflib
 import hashlib
+import io
 import json
 import os
 import re
@@ -57,190 +58,122 @@ DIFF_LINES = 40
 # Values longer than this are shown as their length and a hash.
 MAX_VALUE = 120
 
+
+def _names(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
 # type -> (inputs whose change replaces the resource, inputs updated in place), engine
 # (camelCase) names, top-level. From the provider schema's ForceNew / RequiresReplace
-# fields [TF-FSX] [TF-FORCENEW]; `tags` is always in place.
+# fields [TF-FSX] [TF-FORCENEW]; `tags` is always in place. FSx storageCapacity and
+# metadataConfiguration update in place except a decrease (see _replace_keys).
 FORCE_NEW: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     FSX_TYPE: (
-        frozenset(
-            {
-                "backupId",
-                "copyTagsToBackups",
-                "deploymentType",
-                "driveCacheType",
-                "exportPath",
-                "fileSystemTypeVersion",
-                "importPath",
-                "importedFileChunkSize",
-                "kmsKeyId",
-                "securityGroupIds",
-                "storageType",
-                "subnetIds",
-            }
+        _names(
+            "backupId copyTagsToBackups deploymentType driveCacheType exportPath "
+            "fileSystemTypeVersion importPath importedFileChunkSize kmsKeyId securityGroupIds "
+            "storageType subnetIds"
         ),
-        frozenset(
-            {
-                "autoImportPolicy",
-                "automaticBackupRetentionDays",
-                "dailyAutomaticBackupStartTime",
-                "dataCompressionType",
-                "finalBackupTags",
-                "logConfiguration",
-                "perUnitStorageThroughput",
-                "rootSquashConfiguration",
-                "skipFinalBackup",
-                "weeklyMaintenanceStartTime",
-                # a decrease replaces (CustomizeDiff), handled in _replace_keys
-                "storageCapacity",
-                "metadataConfiguration",
-            }
+        _names(
+            "autoImportPolicy automaticBackupRetentionDays dailyAutomaticBackupStartTime "
+            "dataCompressionType finalBackupTags logConfiguration perUnitStorageThroughput "
+            "rootSquashConfiguration skipFinalBackup weeklyMaintenanceStartTime storageCapacity "
+            "metadataConfiguration"
         ),
     ),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": (
-        frozenset(
-            {
-                "batchImportMetaDataOnCreate",
-                "dataRepositoryPath",
-                "fileSystemId",
-                "fileSystemPath",
-                "importedFileChunkSize",
-            }
-        ),
-        frozenset({"s3", "deleteDataInFilesystem"}),
+        _names("batchImportMetaDataOnCreate dataRepositoryPath fileSystemId fileSystemPath importedFileChunkSize"),
+        _names("s3 deleteDataInFilesystem"),
     ),
     LT_TYPE: (
-        frozenset({"name", "namePrefix"}),
-        frozenset(
-            {
-                "blockDeviceMappings",
-                "capacityReservationSpecification",
-                "cpuOptions",
-                "defaultVersion",
-                "description",
-                "disableApiStop",
-                "disableApiTermination",
-                "ebsOptimized",
-                "iamInstanceProfile",
-                "imageId",
-                "instanceInitiatedShutdownBehavior",
-                "instanceMarketOptions",
-                "instanceType",
-                "keyName",
-                "metadataOptions",
-                "monitoring",
-                "networkInterfaces",
-                "placement",
-                "tagSpecifications",
-                "updateDefaultVersion",
-                "userData",
-                "vpcSecurityGroupIds",
-            }
+        _names("name namePrefix"),
+        _names(
+            "blockDeviceMappings capacityReservationSpecification cpuOptions defaultVersion "
+            "description disableApiStop disableApiTermination ebsOptimized iamInstanceProfile imageId "
+            "instanceInitiatedShutdownBehavior instanceMarketOptions instanceType keyName "
+            "metadataOptions monitoring networkInterfaces placement tagSpecifications "
+            "updateDefaultVersion userData vpcSecurityGroupIds"
         ),
     ),
     "aws:ec2/placementGroup:PlacementGroup": (
-        frozenset({"name", "partitionCount", "spreadLevel", "strategy"}),
-        frozenset(),
+        _names("name partitionCount spreadLevel strategy"),
+        _names(""),
     ),
     ASG_TYPE: (
-        frozenset({"name", "namePrefix"}),
-        frozenset(
-            {
-                "availabilityZones",
-                "capacityRebalance",
-                "capacityReservationSpecification",
-                "defaultCooldown",
-                "desiredCapacity",
-                "forceDelete",
-                "healthCheckGracePeriod",
-                "healthCheckType",
-                "launchTemplate",
-                "maxSize",
-                "minSize",
-                "protectFromScaleIn",
-                "suspendedProcesses",
-                "terminationPolicies",
-                "vpcZoneIdentifiers",
-                "waitForCapacityTimeout",
-            }
+        _names("name namePrefix"),
+        _names(
+            "availabilityZones capacityRebalance capacityReservationSpecification defaultCooldown "
+            "desiredCapacity forceDelete healthCheckGracePeriod healthCheckType launchTemplate "
+            "maxSize minSize protectFromScaleIn suspendedProcesses terminationPolicies "
+            "vpcZoneIdentifiers waitForCapacityTimeout"
         ),
     ),
     SCHEDULE_TYPE: (
-        frozenset({"autoscalingGroupName", "scheduledActionName"}),
-        frozenset({"desiredCapacity", "endTime", "maxSize", "minSize", "recurrence", "startTime", "timeZone"}),
+        _names("autoscalingGroupName scheduledActionName"),
+        _names("desiredCapacity endTime maxSize minSize recurrence startTime timeZone"),
     ),
     "aws:iam/role:Role": (
-        frozenset({"name", "namePrefix", "path"}),
-        frozenset({"assumeRolePolicy", "description", "maxSessionDuration", "permissionsBoundary"}),
+        _names("name namePrefix path"),
+        _names("assumeRolePolicy description maxSessionDuration permissionsBoundary"),
     ),
     "aws:iam/instanceProfile:InstanceProfile": (
-        frozenset({"name", "namePrefix", "path"}),
-        frozenset({"role"}),
+        _names("name namePrefix path"),
+        _names("role"),
     ),
     "aws:iam/rolePolicy:RolePolicy": (
-        frozenset({"name", "namePrefix", "role"}),
-        frozenset({"policy"}),
+        _names("name namePrefix role"),
+        _names("policy"),
     ),
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": (
-        frozenset({"policyArn", "role"}),
-        frozenset(),
+        _names("policyArn role"),
+        _names(""),
     ),
     "aws:ec2/securityGroup:SecurityGroup": (
-        frozenset({"description", "name", "namePrefix", "vpcId"}),
-        frozenset({"egress", "ingress", "revokeRulesOnDelete"}),
+        _names("description name namePrefix vpcId"),
+        _names("egress ingress revokeRulesOnDelete"),
     ),
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": (
-        frozenset({"securityGroupId"}),
-        frozenset(
-            {
-                "cidrIpv4",
-                "cidrIpv6",
-                "description",
-                "fromPort",
-                "ipProtocol",
-                "prefixListId",
-                "referencedSecurityGroupId",
-                "toPort",
-            }
-        ),
+        _names("securityGroupId"),
+        _names("cidrIpv4 cidrIpv6 description fromPort ipProtocol prefixListId referencedSecurityGroupId toPort"),
     ),
     "aws:s3/bucket:Bucket": (
-        frozenset({"bucket", "bucketPrefix"}),
-        frozenset({"forceDestroy"}),
+        _names("bucket bucketPrefix"),
+        _names("forceDestroy"),
     ),
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": (
-        frozenset({"bucket"}),
-        frozenset({"blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"}),
+        _names("bucket"),
+        _names("blockPublicAcls blockPublicPolicy ignorePublicAcls restrictPublicBuckets"),
     ),
     PAYLOAD_TYPE: (
-        frozenset({"bucket", "key"}),
-        frozenset({"content", "contentBase64", "contentType", "source", "etag", "serverSideEncryption"}),
+        _names("bucket key"),
+        _names("content contentBase64 contentType source etag serverSideEncryption"),
     ),
     "aws:ec2/vpc:Vpc": (
-        frozenset({"cidrBlock", "ipv4IpamPoolId", "ipv4NetmaskLength"}),
-        frozenset({"enableDnsHostnames", "enableDnsSupport", "instanceTenancy"}),
+        _names("cidrBlock ipv4IpamPoolId ipv4NetmaskLength"),
+        _names("enableDnsHostnames enableDnsSupport instanceTenancy"),
     ),
     "aws:ec2/subnet:Subnet": (
-        frozenset({"availabilityZone", "availabilityZoneId", "cidrBlock", "vpcId"}),
-        frozenset({"mapPublicIpOnLaunch"}),
+        _names("availabilityZone availabilityZoneId cidrBlock vpcId"),
+        _names("mapPublicIpOnLaunch"),
     ),
-    "aws:ec2/internetGateway:InternetGateway": (frozenset(), frozenset({"vpcId"})),
-    "aws:ec2/eip:Eip": (frozenset({"domain", "vpc", "publicIpv4Pool"}), frozenset({"instance", "networkInterface"})),
+    "aws:ec2/internetGateway:InternetGateway": (_names(""), _names("vpcId")),
+    "aws:ec2/eip:Eip": (_names("domain vpc publicIpv4Pool"), _names("instance networkInterface")),
     "aws:ec2/natGateway:NatGateway": (
-        frozenset({"allocationId", "connectivityType", "privateIp", "subnetId"}),
-        frozenset(),
+        _names("allocationId connectivityType privateIp subnetId"),
+        _names(""),
     ),
-    "aws:ec2/routeTable:RouteTable": (frozenset({"vpcId"}), frozenset({"routes", "propagatingVgws"})),
+    "aws:ec2/routeTable:RouteTable": (_names("vpcId"), _names("routes propagatingVgws")),
     "aws:ec2/route:Route": (
-        frozenset({"destinationCidrBlock", "destinationIpv6CidrBlock", "routeTableId"}),
-        frozenset({"gatewayId", "natGatewayId", "networkInterfaceId", "vpcEndpointId"}),
+        _names("destinationCidrBlock destinationIpv6CidrBlock routeTableId"),
+        _names("gatewayId natGatewayId networkInterfaceId vpcEndpointId"),
     ),
     "aws:ec2/routeTableAssociation:RouteTableAssociation": (
-        frozenset({"gatewayId", "subnetId"}),
-        frozenset({"routeTableId"}),
+        _names("gatewayId subnetId"),
+        _names("routeTableId"),
     ),
     "aws:ec2/vpcEndpoint:VpcEndpoint": (
-        frozenset({"serviceName", "vpcEndpointType", "vpcId"}),
-        frozenset({"policy", "privateDnsEnabled", "routeTableIds", "securityGroupIds", "subnetIds"}),
+        _names("serviceName vpcEndpointType vpcId"),
+        _names("policy privateDnsEnabled routeTableIds securityGroupIds subnetIds"),
     ),
 }
 FORCE_NEW["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"] = FORCE_NEW[
@@ -386,8 +319,6 @@ def extract_tree(sha: str, dest: Path, repo: Path = REPO) -> None:
     proc = _git(["archive", "--format=tar", sha], repo)
     if proc.returncode != 0:
         raise ReviewError(f"review: git archive {sha} failed: {proc.stderr.decode(errors='replace').strip()}")
-    import io
-
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         tar.extractall(dest, filter="data")
 

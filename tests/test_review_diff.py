@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,9 +74,19 @@ def fixture_repo(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clean_review(fixture_repo):
-    """The unchanged tree against its own commit (before `changed` edits it)."""
-    return rv.review("base", repo=fixture_repo, stacks=["dev"])
+def clean_review(fixture_repo, tmp_path_factory):
+    """The unchanged tree against its own commit (before `changed` edits it), through the
+    command line a workflow runs."""
+    out = tmp_path_factory.mktemp("clean") / "review.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.review", "--base", "base", "--format", "markdown", "--out", str(out)]
+        + ["--repo", str(fixture_repo), "--stack", "dev"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return proc, out
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +98,7 @@ def changed(fixture_repo, clean_review):
         c["root_volume"] = {"size_gib": 400}  # a new launch template version
         c["tags"]["owner"] = "alice"
         c["tags"]["api_token"] = SECRET_VALUE
+        c["capacity"]["capacity_blocks"][0]["end"] = "2026-12-09T11:30:00Z"  # a later scale-in
 
     _edit_stack(fixture_repo / "Pulumi.dev.yaml", edit)
     step = fixture_repo / "userdata/templates/boot/steps/80-limits.sh"
@@ -115,11 +127,16 @@ def _block(text: str, header: str) -> list[str]:
 
 
 def test_no_changes_per_stack(clean_review):
-    sha, reports = clean_review
-    text = rv.format_text(sha, "base", reports)
-    assert _lines(text)[1:] == ["", "== stack dev: no changes"]
-    md = rv.format_markdown(sha, "base", reports)
-    assert md.startswith(rv.MARKER + "\n") and "### Stack `dev`: no changes" in _lines(md)
+    proc, out = clean_review
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    md = _lines(out.read_text())
+    assert md[0] == rv.MARKER and md[-1] == "### Stack `dev`: no changes"
+    text = rv.format_text("0" * 40, "main", [rv.StackReport("dev")])
+    assert _lines(text) == [
+        "Review: base main (000000000000) -> working tree; offline plans (Pulumi mocks)",
+        "",
+        "== stack dev: no changes",
+    ]
 
 
 def test_fsx_replacement_banner_comes_first(changed):
@@ -133,7 +150,7 @@ def test_fsx_replacement_banner_comes_first(changed):
         "applied; running nodes keep mounting the old one until replaced.",
         "!" * 78,
     ]
-    dev = _block(changed["text"], "== stack dev: 12 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 14 changed, 2 replaced, 2 node file(s) changed")
     # The file system leads its stack; the throughput change alone would be in place.
     assert dev[1:7] == [
         "  replaced               LustreFileSystem dev-lustre",
@@ -146,7 +163,7 @@ def test_fsx_replacement_banner_comes_first(changed):
 
 
 def test_launch_template_change_says_what_running_nodes_get(changed):
-    dev = _block(changed["text"], "== stack dev: 12 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 14 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                LaunchTemplate dev-lt")
     assert "      blockDeviceMappings[0].ebs.volumeSize: 512 -> 400" in dev[i:]
     assert (
@@ -156,17 +173,27 @@ def test_launch_template_change_says_what_running_nodes_get(changed):
 
 
 def test_tags_are_matched_by_key(changed):
-    dev = _block(changed["text"], "== stack dev: 12 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 14 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                Group dev-block-a")
-    assert dev[i + 1 : i + 3] == [
+    assert dev[i + 1 : i + 4] == [
+        '      tags[key=GpuClusterBlockEnd].value: "2026-12-08T11:30:00Z" -> "2026-12-09T11:30:00Z"',
         "      tags[key=api_token]: (none) -> [secret]",
         '      tags[key=owner]: (none) -> {"key": "owner", "propagateAtLaunch": true, "value": "alice"}',
     ]
     assert '      tags.owner: (none) -> "alice"' in dev[dev.index("  changed                SecurityGroup dev-sg") :]
 
 
+def test_schedule_change_says_when(changed):
+    dev = _block(changed["text"], "== stack dev: 14 changed, 2 replaced, 2 node file(s) changed")
+    i = dev.index("  changed                Schedule dev-block-a-scale-in")
+    assert dev[i + 1 : i + 3] == [
+        '      startTime: "2026-12-08T10:50:00Z" -> "2026-12-09T10:50:00Z"',
+        "      note: scheduled action: at 2026-12-09T10:50:00Z the group becomes min/max/desired 0/0/0.",
+    ]
+
+
 def test_changed_node_file_has_a_unified_diff(changed):
-    dev = _block(changed["text"], "== stack dev: 12 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 14 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  node files:")
     assert dev[i + 1 : i + 9] == [
         "    changed node:/opt/gpu-cluster/steps/80-limits.sh",
@@ -210,7 +237,7 @@ def test_markdown_comment(changed):
     caution = lines.index("> [!CAUTION]")
     assert lines[caution + 1] == "> **FSx data at risk: the data on /fsx will be lost unless backed up.**"
     assert lines[caution + 2].startswith("> - dev: FSx file system dev-lustre will be REPLACED")
-    dev = lines.index("### Stack `dev`: 12 changed, 2 replaced, 2 node file(s) changed")
+    dev = lines.index("### Stack `dev`: 14 changed, 2 replaced, 2 node file(s) changed")
     assert caution < dev
     assert lines[dev + 2 : dev + 5] == [
         "| change | type | name | why |",
@@ -269,6 +296,22 @@ def test_replaced_security_group_replaces_the_file_system():
     assert _kinds(changes) == {"c-sg": "replaced", "c-lustre": "replaced"}
     fs_change = next(c for c in changes if c.name == "c-lustre")
     assert fs_change.reasons == ["securityGroupIds refers to c-sg, which is replaced (new id)"]
+
+
+def test_group_size_change_is_explained():
+    def plan(n):
+        return {"resources": [_res(rv.ASG_TYPE, "g", minSize=n, maxSize=n, desiredCapacity=n)]}
+
+    rep = rv.StackReport("s", changes=rv.compare_plans(plan(2), plan(4)))
+    rv.explain(rep, plan(2), plan(4))
+    (c,) = rep.changes
+    assert (c.kind, c.notes) == (
+        "changed",
+        [
+            "group size min/max/desired 2/2/2 -> 4/4/4: Auto Scaling launches or terminates nodes at once "
+            "to match (a shrink terminates running nodes)."
+        ],
+    )
 
 
 def test_storage_decrease_replaces_increase_does_not():
