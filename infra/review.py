@@ -57,6 +57,8 @@ ROLLOUT = "see README 'Rolling out a template change on purpose'"
 DIFF_LINES = 40
 # Values longer than this are shown as their length and a hash.
 MAX_VALUE = 120
+# Markdown report size, below GitHub's comment limit with room for a workflow's footer.
+MD_LIMIT = 60000
 
 
 def _names(words: str) -> frozenset[str]:
@@ -740,6 +742,17 @@ def _md_code(text: str) -> str:
 
 
 def format_markdown(sha: str, base_ref: str, reports: list[StackReport]) -> str:
+    """The PR comment. GitHub refuses a comment body above 65536 characters [GH-COMMENT]:
+    past MD_LIMIT the node-file diffs, then the changed inputs, are left out (with a
+    pointer to `make diff`), never the banner or the resource table."""
+    for files, inputs in ((True, True), (False, True), (False, False)):
+        text = _markdown(sha, base_ref, reports, files, inputs)
+        if len(text) <= MD_LIMIT:
+            return text
+    return text[: MD_LIMIT - 200] + "\n\n... cut at the comment size limit; run `make diff` for the rest.\n"
+
+
+def _markdown(sha: str, base_ref: str, reports: list[StackReport], files: bool, inputs: bool) -> str:
     out = [MARKER, "## gpu-cluster review", ""]
     out.append(
         f"Base `{base_ref}` (`{sha[:12]}`) against this change; offline plans from "
@@ -766,13 +779,18 @@ def format_markdown(sha: str, base_ref: str, reports: list[StackReport]) -> str:
                 label = f"**{_LABEL[c.kind]}**" if c.kind in ("replaced", "removed", "may-replace") else _LABEL[c.kind]
                 out.append(f"| {label} | {_md_code(_short_type(c.type))} | {_md_code(c.name)} | {why} |")
             changed = [c for c in _sorted(rep.changes) if c.inputs]
-            if changed:
+            if changed and not inputs:
+                out += ["", f"Changed inputs left out (comment size limit): `make diff BASE={base_ref}` shows them."]
+            if changed and inputs:
                 out += ["", "<details><summary>Changed inputs</summary>", "", "```"]
                 for c in changed:
                     out.append(f"{c.name} ({_short_type(c.type)}):")
                     out += [f"  {p}: {o} -> {n}" for p, o, n in c.inputs]
                 out += ["```", "", "</details>"]
-        if rep.files:
+        if rep.files and not files:
+            out += ["", f"Node files ({len(rep.files)}), diffs left out (comment size limit):", ""]
+            out += [f"- {f.status} `{f.path}`" for f in rep.files]
+        elif rep.files:
             out += ["", f"Node files ({len(rep.files)}):"]
             for f in rep.files:
                 out += ["", f"<details><summary>{f.status} <code>{f.path}</code></summary>", "", "```diff"]

@@ -362,3 +362,14 @@ def test_node_file_diff_is_capped_and_redacted(tmp_path):
     (short,) = rv.compare_files(tmp_path / "base", tmp_path / "head", max_lines=1000)
     assert {"-API_TOKEN=[secret]", "+API_TOKEN=[secret]"} < set(short.lines)
     assert not [ln for ln in short.lines if "tok-123" in ln]
+
+
+def test_markdown_stays_under_the_comment_limit(tmp_path):
+    big = [rv.FileDiff(f"node:/etc/f{i}", "changed", ["+" + "x" * 100] * rv.DIFF_LINES) for i in range(40)]
+    inputs = [(f"k{i}", '"a"', '"b"') for i in range(10)]
+    rep = rv.StackReport("s", changes=[rv.Change("u", rv.LT_TYPE, "lt", "changed", inputs)], files=big)
+    md = rv.format_markdown("0" * 40, "main", [rep])
+    assert len(md) <= rv.MD_LIMIT
+    lines = _lines(md)
+    assert "Node files (40), diffs left out (comment size limit):" in lines
+    assert "- changed `node:/etc/f0`" in lines and '  k0: "a" -> "b"' in lines
