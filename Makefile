@@ -13,7 +13,7 @@ JOBS ?= auto
 GPU_CLUSTER_VENDOR_DIR ?= $(shell scripts/vendor-dir.sh)
 export GPU_CLUSTER_VENDOR_DIR
 
-.PHONY: deps test render bench check check-deps lint typecheck golden lock
+.PHONY: deps test render bench check check-deps lint typecheck golden lock diff
 deps:
 	PYTHON=$(PYTHON) ./scripts/install-deps.sh
 
@@ -28,6 +28,14 @@ test: deps
 
 render: deps
 	$(PYTHON) -m infra.plan --stack $(STACK) --out $(OUT)
+
+# What a change does to every stack, offline: `make diff BASE=origin/main` (FORMAT=markdown
+# for a PR comment, OUT=file to write it; OUT's default above is render's, so only an OUT
+# given on the command line or in the environment counts). Needs only the Python packages.
+BASE ?= origin/main
+FORMAT ?= text
+diff:
+	$(PYTHON) -m infra.review --base $(BASE) --format $(FORMAT) $(if $(filter-out file,$(origin OUT)),--out $(OUT))
 
 bench: deps
 	$(PYTHON) bench/bench_stack.py
