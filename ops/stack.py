@@ -39,7 +39,7 @@ def load_raw(stack: str, root: Path = REPO) -> tuple[Any, str | None]:
 def load_stack(stack: str, region: str | None = None, root: Path = REPO) -> Stack:
     """Parsed stack; ConfigError (every `path: message`) when the config is bad."""
     raw, file_region = load_raw(stack, root)
-    cfg = parse_config(raw)
+    cfg = parse_config(raw, base_dir=root)  # a hook path is relative to the stack files
     region = region or file_region
     if not region:
         raise ConfigError([("aws:region", "not set; add `aws:region: <region>` to the stack file or pass --region")])
