@@ -334,12 +334,10 @@ class ValidationConfig(Strict):
 # The node role's own managed policy (infra/iam.py attaches it); extra ARNs count
 # against the same per-role quota.
 SSM_CORE_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-PROGRAM_MANAGED_POLICY_ARNS: tuple[str, ...] = (SSM_CORE_POLICY_ARN,)
 # Managed policies attached to one IAM role: 10 by default (adjustable through Service
 # Quotas) [IAM-QUOTAS]. We stay within the default so a stack never depends on a raised
 # quota nobody remembers asking for.
 IAM_MANAGED_POLICIES_PER_ROLE = 10
-MAX_EXTRA_MANAGED_POLICIES = IAM_MANAGED_POLICIES_PER_ROLE - len(PROGRAM_MANAGED_POLICY_ARNS)
 # All inline policies of one role together: at most 10,240 characters, white space not
 # counted [IAM-QUOTAS]. The program's own inline policies (the payload read: about 200
 # characters with the longest bucket name) keep a reserve; node_iam.statements get the rest.
@@ -454,7 +452,8 @@ def iam_policy_chars(document: dict[str, Any]) -> int:
 
 class NodeIamConfig(Strict):
     managed_policy_arns: tuple[Annotated[str, AfterValidator(_policy_arn)], ...] = Field(
-        (), description=f"Extra managed policies for the node role (at most {MAX_EXTRA_MANAGED_POLICIES})."
+        (),
+        description=f"Extra managed policies for the node role (IAM's {IAM_MANAGED_POLICIES_PER_ROLE} per role, less the program's own).",
     )
     statements: tuple[PolicyStatement, ...] = Field(
         (), description="Extra IAM statements for the node role, as one inline policy."
@@ -464,8 +463,6 @@ class NodeIamConfig(Strict):
     @classmethod
     def _arns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for i, arn in enumerate(v):
-            if arn in PROGRAM_MANAGED_POLICY_ARNS:
-                raise ValueError(f"{arn} (item {i}) is attached to the node role already; remove it")
             if v.index(arn) != i:
                 raise ValueError(f"{arn} is listed twice (items {v.index(arn)} and {i}); list each policy once")
         partitions = sorted({arn.split(":")[1] for arn in v})
@@ -473,12 +470,6 @@ class NodeIamConfig(Strict):
             raise ValueError(
                 f"the ARNs name partitions {', '.join(partitions)}; a role lives in one partition, "
                 "so use the partition of the stack's region for all of them"
-            )
-        if len(v) > MAX_EXTRA_MANAGED_POLICIES:
-            raise ValueError(
-                f"{len(v)} policies, but IAM attaches at most {IAM_MANAGED_POLICIES_PER_ROLE} managed policies to a "
-                f"role by default and the program attaches {len(PROGRAM_MANAGED_POLICY_ARNS)}; use at most "
-                f"{MAX_EXTRA_MANAGED_POLICIES}, or move permissions into node_iam.statements or one customer managed policy"
             )
         return v
 
@@ -499,6 +490,33 @@ class NodeIamConfig(Strict):
                     "merge statements or move them into a customer managed policy (node_iam.managed_policy_arns)"
                 )
         return v
+
+
+def program_managed_policy_arns(cfg: ClusterConfig) -> tuple[str, ...]:
+    """Managed policies the program itself attaches to the node role (infra/iam.py)."""
+    return (SSM_CORE_POLICY_ARN,)
+
+
+def _node_iam_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """What node_iam cannot hold beside what the program attaches itself."""
+    arns, own = cfg.node_iam.managed_policy_arns, program_managed_policy_arns(cfg)
+    path = _loc_to_path(("node_iam", "managed_policy_arns"))
+    problems = [
+        (path, f"{arn} (item {i}) is attached to the node role already; remove it")
+        for i, arn in enumerate(arns)
+        if arn in own
+    ]
+    room = IAM_MANAGED_POLICIES_PER_ROLE - len(own)
+    if len(arns) > room:
+        problems.append(
+            (
+                path,
+                f"{len(arns)} policies, but IAM attaches at most {IAM_MANAGED_POLICIES_PER_ROLE} managed policies to a "
+                f"role by default and the program attaches {len(own)}; use at most {room}, or move permissions "
+                "into node_iam.statements or one customer managed policy",
+            )
+        )
+    return problems
 
 
 def node_iam_policy(statements: tuple[PolicyStatement, ...]) -> dict[str, Any]:
@@ -908,6 +926,7 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
         problems.append(
             (p("image", "allow_unpinned"), "image.ami_id pins the image already; remove allow_unpinned or ami_id")
         )
+    problems += _node_iam_problems(cfg)
     return problems
 
 

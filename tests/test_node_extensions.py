@@ -31,7 +31,6 @@ from infra.iam import NodeIdentity, NodeIdentityArgs, attachment_names, payload_
 from model.catalog import CATALOG
 from model.config import (
     IAM_ROLE_INLINE_POLICY_CHARS,
-    MAX_EXTRA_MANAGED_POLICIES,
     MAX_HOOK_BYTES,
     MAX_NODE_IAM_STATEMENT_CHARS,
     PROGRAM_INLINE_POLICY_RESERVE,
@@ -40,6 +39,7 @@ from model.config import (
     iam_policy_chars,
     node_iam_warnings,
     parse_config,
+    program_managed_policy_arns,
 )
 from tests.mocks import run_component, run_program, stack_config, valid_raw
 from tests.test_boot_entrypoint import Sandbox
@@ -230,10 +230,17 @@ def test_reserve_covers_the_programs_own_inline_policy():
 
 
 def test_most_managed_policies_accepted():
-    arns = [f"arn:aws:iam::123456789012:policy/P{i}" for i in range(MAX_EXTRA_MANAGED_POLICIES)]
+    arns = [f"arn:aws:iam::123456789012:policy/P{i}" for i in range(9)]  # 10 by default, less SSM core
     cfg = parse_config(_raw(node_iam={"managed_policy_arns": arns}))
     assert cfg.node_iam.managed_policy_arns == tuple(arns)
-    assert MAX_EXTRA_MANAGED_POLICIES == 9
+    assert program_managed_policy_arns(cfg) == (SSM_CORE_POLICY_ARN,)
+
+
+def test_program_attaches_exactly_its_declared_policies():
+    # The quota check counts program_managed_policy_arns; the role must attach just those.
+    run = run_program(valid_raw())
+    own = [r["inputs"]["policyArn"] for r in run.of_type(ATTACH)]
+    assert tuple(own) == program_managed_policy_arns(parse_config(valid_raw()))
 
 
 def test_broad_grants_are_warned_not_refused():
@@ -727,3 +734,15 @@ def test_config_reference_names_the_new_keys_plainly():
     table = reference_table()
     assert f"| `{R}.node_iam.managed_policy_arns` | list of str | none |" in table
     assert f"| `{R}.hooks.on_node_ready.path` | str (optional) | none |" in table
+
+
+def test_program_logs_broad_grants_as_warnings(monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: said.append(msg))
+    run_program(_raw(node_iam={"statements": [_stmt(Action="s3:*", Resource="*")]}))
+    assert (
+        f"{R}.node_iam.statements[0].Action: s3:* allows every action of the service to every job on the nodes" in said
+    )
+    said.clear()
+    run_program(valid_raw())
+    assert not [m for m in said if "node_iam" in m]
