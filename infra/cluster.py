@@ -9,6 +9,7 @@ once, when the FSx endpoint and the payload bucket are known.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,7 +25,7 @@ from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
 from model import tags as node_tags
 from model.catalog import InstanceSpec
-from model.config import ClusterConfig, iso_utc
+from model.config import ClusterConfig, iso_utc, node_iam_policy
 from model.fsx_identity import fsx_identity
 from model.schedule import group_schedule
 from model.tags import ON_DEMAND
@@ -142,7 +143,17 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
     )
     # Tie the user data to the uploaded object: no node boots before its payload exists.
     user_data_b64 = pulumi.Output.all(node_files, payload.key).apply(lambda v: encode_user_data(v[0]))
-    identity = NodeIdentity(name, NodeIdentityArgs(cluster_name=name, payload_object_arn=payload.object_arn, tags=tags))
+    extra = cfg.node_iam.statements
+    identity = NodeIdentity(
+        name,
+        NodeIdentityArgs(
+            cluster_name=name,
+            payload_object_arn=payload.object_arn,
+            tags=tags,
+            managed_policy_arns=cfg.node_iam.managed_policy_arns,
+            extra_policy=json.dumps(node_iam_policy(extra), sort_keys=True) if extra else None,
+        ),
+    )
 
     lt = NodeLaunchTemplate(
         name,

@@ -5,10 +5,15 @@ created or referenced anywhere. The node scripts read their own identity and tag
 instance metadata (IMDSv2, docs/node-contract.md), so no EC2 API permission is needed.
 The one optional extra is s3:GetObject on the single user-data payload object, when
 the rendered node files outgrow the inline user-data budget.
+
+A stack can add its own permissions (`node_iam`): each extra managed policy is one
+RolePolicyAttachment named after the policy, and the extra statements are one inline
+RolePolicy, so a reviewer sees each grant as its own resource in `pulumi preview`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -16,8 +21,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.component import Component
-
-SSM_CORE_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+from model.config import SSM_CORE_POLICY_ARN
 
 EC2_ASSUME_ROLE_POLICY = json.dumps(
     {
@@ -45,11 +49,27 @@ def payload_read_policy(object_arn: str) -> str:
     )
 
 
+def attachment_names(name: str, arns: tuple[str, ...]) -> dict[str, str]:
+    """Logical name per extra policy ARN: `<name>-policy-<PolicyName>`, stable when the
+    list is reordered (a position in the name would replace attachments on a reorder);
+    two ARNs with the same policy name (other account or path) get a short hash each."""
+    last = [arn.rsplit("/", 1)[1] for arn in arns]
+    out = {}
+    for arn, policy in zip(arns, last, strict=True):
+        suffix = policy if last.count(policy) == 1 else f"{policy}-{hashlib.sha256(arn.encode()).hexdigest()[:8]}"
+        out[arn] = f"{name}-policy-{suffix}"
+    return out
+
+
 @dataclass
 class NodeIdentityArgs:
     cluster_name: str
     payload_object_arn: pulumi.Input[str] | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # node_iam: extra managed policies, and the inline policy document (JSON) of the
+    # extra statements (None: no inline policy).
+    managed_policy_arns: tuple[str, ...] = ()
+    extra_policy: str | None = None
 
 
 class NodeIdentity(Component):
@@ -77,6 +97,10 @@ class NodeIdentity(Component):
                 policy=pulumi.Output.from_input(args.payload_object_arn).apply(payload_read_policy),
                 opts=self.child,
             )
+        for arn, logical in attachment_names(name, args.managed_policy_arns).items():
+            aws.iam.RolePolicyAttachment(logical, role=role.name, policy_arn=arn, opts=self.child)
+        if args.extra_policy is not None:
+            aws.iam.RolePolicy(f"{name}-node-iam", role=role.id, policy=args.extra_policy, opts=self.child)
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=args.tags, opts=self.child)
         self.role_name = role.name
         self.instance_profile_name = profile.name

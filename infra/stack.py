@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pulumi
 
 from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, config_warnings, parse_config
+
+# Where Pulumi.yaml and the stack files are: relative paths in the config (the
+# on-node-ready hook) are read from here, wherever the program is run from.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 def load_config() -> ClusterConfig:
@@ -16,7 +21,7 @@ def load_config() -> ClusterConfig:
     raw = pulumi.Config(CONFIG_NAMESPACE).get_object(CONFIG_KEY)
     region = pulumi.Config("aws").get("region")
     try:
-        cfg = parse_config(raw, stack=pulumi.get_stack(), region=region or None)
+        cfg = parse_config(raw, stack=pulumi.get_stack(), region=region or None, base_dir=PROJECT_DIR)
     except ConfigError as err:
         raise pulumi.RunError(str(err)) from None
     for path, message in config_warnings(cfg):

@@ -11,9 +11,21 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from model import aws_rules
 from model import tags as node_tags
@@ -367,6 +379,310 @@ class ValidationConfig(Strict):
 PROGRAM_TAG_KEYS = ("Name", *node_tags.NODE_IDENTITY, node_tags.BLOCK_END)
 
 
+# --- node extension points: node_iam and hooks ---------------------------------------
+# The node role's own managed policy (infra/iam.py attaches it); extra ARNs count
+# against the same per-role quota.
+SSM_CORE_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+# Managed policies attached to one IAM role: 10 by default (adjustable through Service
+# Quotas) [IAM-QUOTAS]. We stay within the default so a stack never depends on a raised
+# quota nobody remembers asking for.
+IAM_MANAGED_POLICIES_PER_ROLE = 10
+# All inline policies of one role together: at most 10,240 characters, white space not
+# counted [IAM-QUOTAS]. The program's own inline policies (the payload read: about 200
+# characters with the longest bucket name) keep a reserve; node_iam.statements get the rest.
+IAM_ROLE_INLINE_POLICY_CHARS = 10240
+PROGRAM_INLINE_POLICY_RESERVE = 2048
+MAX_NODE_IAM_STATEMENT_CHARS = IAM_ROLE_INLINE_POLICY_CHARS - PROGRAM_INLINE_POLICY_RESERVE
+# arn:PARTITION:iam::(aws|ACCOUNT):policy/[PATH/]NAME; names and paths use letters,
+# digits and +=,.@_- [IAM-QUOTAS]. The partitions IAM exists in: aws, aws-cn, aws-us-gov.
+_POLICY_ARN = re.compile(r"^arn:(aws|aws-cn|aws-us-gov):iam::(aws|\d{12}):policy/(?:[\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
+# service:Action, with * and ? wildcards in the action part [IAM-JSON].
+_IAM_ACTION = re.compile(r"^[a-z0-9][a-z0-9-]*:[A-Za-z0-9*?]+$")
+_IAM_SID = re.compile(r"^[A-Za-z0-9]*$")  # IAM policies: ASCII letters and digits only [IAM-JSON]
+# What a hook may be: a script, not a payload (large files belong on S3 or /fsx).
+MAX_HOOK_BYTES = 64 * 1024
+DEFAULT_HOOK_TIMEOUT_MINUTES = 10
+MAX_HOOK_TIMEOUT_MINUTES = 120
+
+
+def _policy_arn(v: str) -> str:
+    if not _POLICY_ARN.match(v):
+        raise ValueError(
+            f"'{v}' is not an IAM managed policy ARN; use 'arn:aws:iam::aws:policy/NAME' (AWS managed) or "
+            "'arn:aws:iam::123456789012:policy/NAME' (customer managed; partition aws, aws-cn or aws-us-gov)"
+        )
+    return v
+
+
+def _one_or_many(v: Any) -> Any:
+    """IAM takes one string or a list of them for Action and Resource; keep a list."""
+    return (v,) if isinstance(v, str) else v
+
+
+ConditionValue = str | bool | int | float | tuple[str | bool | int | float, ...]
+
+
+class PolicyStatement(Strict):
+    """One IAM policy statement, as in a policy document [IAM-JSON]. Principal, NotAction
+    and NotResource are refused: an identity policy has no principal, and the negated
+    forms grant everything not listed."""
+
+    Sid: str | None = Field(None, description="Statement id: letters and digits, unique in node_iam.statements.")
+    Effect: Literal["Allow", "Deny"] = Field(description="Allow or Deny.")
+    Action: Annotated[tuple[str, ...], BeforeValidator(_one_or_many)] = Field(
+        description="One action or a list ('service:Action', wildcards * and ? allowed; '*' alone is refused)."
+    )
+    Resource: Annotated[tuple[str, ...], BeforeValidator(_one_or_many)] = Field(
+        description="One resource ARN or a list ('*' for all)."
+    )
+    Condition: dict[str, dict[str, ConditionValue]] | None = Field(
+        None, description="IAM condition block: operator -> condition key -> value(s)."
+    )
+
+    @field_validator("Sid")
+    @classmethod
+    def _sid(cls, v: str | None) -> str | None:
+        if v is not None and not _IAM_SID.match(v):
+            raise ValueError(f"'{v}' is not a valid Sid; IAM takes letters and digits only (e.g. 'ReadTrainingData')")
+        return v
+
+    @field_validator("Action")
+    @classmethod
+    def _action(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("empty; list at least one action such as 's3:GetObject'")
+        for a in v:
+            if a in ("*", "*:*") and info.data.get("Effect") == "Deny":
+                raise ValueError(
+                    f"'{a}' denies every action, the node's own SSM access and payload read included: no node "
+                    "could boot; list the actions to deny"
+                )
+            if a in ("*", "*:*"):
+                raise ValueError(
+                    f"'{a}' is every action of every service: every job on the nodes would be an administrator; "
+                    "list the actions the nodes need (e.g. 's3:GetObject'), or attach a managed policy that grants them"
+                )
+            if not _IAM_ACTION.match(a):
+                raise ValueError(
+                    f"'{a}' is not an IAM action; write 'service:Action', e.g. 's3:GetObject' or 'ecr:Get*'"
+                )
+        return v
+
+    @field_validator("Resource")
+    @classmethod
+    def _resource(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("empty; list at least one resource ARN, or '*'")
+        for r in v:
+            if r != "*" and not r.startswith("arn:"):
+                raise ValueError(f"'{r}' is not a resource ARN; write 'arn:aws:SERVICE:REGION:ACCOUNT:...' or '*'")
+        return v
+
+    def document(self) -> dict[str, Any]:
+        """The statement as IAM JSON (one value stays a string, as it was written)."""
+        out: dict[str, Any] = {}
+        if self.Sid:
+            out["Sid"] = self.Sid
+        out["Effect"] = self.Effect
+        out["Action"] = self.Action[0] if len(self.Action) == 1 else list(self.Action)
+        out["Resource"] = self.Resource[0] if len(self.Resource) == 1 else list(self.Resource)
+        if self.Condition:
+            out["Condition"] = {
+                op: {k: list(x) if isinstance(x, tuple) else x for k, x in keys.items()}
+                for op, keys in self.Condition.items()
+            }
+        return out
+
+
+def iam_policy_chars(document: dict[str, Any]) -> int:
+    """Characters IAM counts for a policy document: everything but white space [IAM-QUOTAS]."""
+    return len(re.sub(r"\s", "", json.dumps(document, sort_keys=True)))
+
+
+class NodeIamConfig(Strict):
+    managed_policy_arns: tuple[Annotated[str, AfterValidator(_policy_arn)], ...] = Field(
+        (),
+        description=f"Extra managed policies for the node role (IAM's {IAM_MANAGED_POLICIES_PER_ROLE} per role, less the program's own).",
+    )
+    statements: tuple[PolicyStatement, ...] = Field(
+        (), description="Extra IAM statements for the node role, as one inline policy."
+    )
+
+    @field_validator("managed_policy_arns")
+    @classmethod
+    def _arns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for i, arn in enumerate(v):
+            if v.index(arn) != i:
+                raise ValueError(f"{arn} is listed twice (items {v.index(arn)} and {i}); list each policy once")
+        partitions = sorted({arn.split(":")[1] for arn in v})
+        if len(partitions) > 1:
+            raise ValueError(
+                f"the ARNs name partitions {', '.join(partitions)}; a role lives in one partition, "
+                "so use the partition of the stack's region for all of them"
+            )
+        return v
+
+    @field_validator("statements")
+    @classmethod
+    def _statements(cls, v: tuple[PolicyStatement, ...]) -> tuple[PolicyStatement, ...]:
+        sids = [s.Sid for s in v if s.Sid]
+        dup = sorted({s for s in sids if sids.count(s) > 1})
+        if dup:
+            raise ValueError(f"Sid {', '.join(dup)} is used more than once; IAM needs each Sid unique in a policy")
+        if v:
+            size = iam_policy_chars(node_iam_policy(v))
+            if size > MAX_NODE_IAM_STATEMENT_CHARS:
+                raise ValueError(
+                    f"the statements come to {size} characters (white space not counted); IAM takes at most "
+                    f"{IAM_ROLE_INLINE_POLICY_CHARS} for all inline policies of a role and the program keeps "
+                    f"{PROGRAM_INLINE_POLICY_RESERVE} for its own, so stay within {MAX_NODE_IAM_STATEMENT_CHARS}: "
+                    "merge statements or move them into a customer managed policy (node_iam.managed_policy_arns)"
+                )
+        return v
+
+
+def program_managed_policy_arns(cfg: ClusterConfig) -> tuple[str, ...]:
+    """Managed policies the program itself attaches to the node role (infra/iam.py)."""
+    return (SSM_CORE_POLICY_ARN,)
+
+
+def _node_iam_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """What node_iam cannot hold beside what the program attaches itself."""
+    arns, own = cfg.node_iam.managed_policy_arns, program_managed_policy_arns(cfg)
+    path = _loc_to_path(("node_iam", "managed_policy_arns"))
+    problems = [
+        (path, f"{arn} (item {i}) is attached to the node role already; remove it")
+        for i, arn in enumerate(arns)
+        if arn in own
+    ]
+    room = IAM_MANAGED_POLICIES_PER_ROLE - len(own)
+    if len(arns) > room:
+        problems.append(
+            (
+                path,
+                f"{len(arns)} policies, but IAM attaches at most {IAM_MANAGED_POLICIES_PER_ROLE} managed policies to a "
+                f"role by default and the program attaches {len(own)}; use at most {room}, or move permissions "
+                "into node_iam.statements or one customer managed policy",
+            )
+        )
+    return problems
+
+
+def node_iam_policy(statements: tuple[PolicyStatement, ...]) -> dict[str, Any]:
+    """The inline policy document made of node_iam.statements."""
+    return {"Version": "2012-10-17", "Statement": [s.document() for s in statements]}
+
+
+def node_iam_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Allowed, but worth a second look in review: broad grants to every node.
+
+    Every process on a node (every job of every user) can use the instance role, so a
+    wildcard grant is a grant to whoever can submit a job."""
+    out = []
+    for i, s in enumerate(cfg.node_iam.statements):
+        if s.Effect != "Allow":
+            continue
+        path = _loc_to_path(("node_iam", "statements", i, "Action"))
+        wide = [a for a in s.Action if a.split(":", 1)[1] == "*"]
+        if wide:
+            out.append((path, f"{', '.join(wide)} allows every action of the service to every job on the nodes"))
+        iam = [a for a in s.Action if a.split(":", 1)[0] in ("iam", "sts") and a not in wide]
+        if iam and "*" in s.Resource:
+            out.append(
+                (path, f"{', '.join(iam)} on Resource '*': IAM and STS rights on every role can escalate to admin")
+            )
+    return out
+
+
+def _hook_path_shape(v: str) -> str:
+    p = PurePosixPath(v)
+    if p.is_absolute() or ".." in p.parts or not v or "\\" in v:
+        raise ValueError(
+            f"'{v}' must be a relative path inside the project (next to Pulumi.yaml), without '..', e.g. 'hooks/on-node-ready.sh'"
+        )
+    return v
+
+
+def check_hook_text(data: bytes, what: str) -> str:
+    """The hook's text, or ValueError naming what is wrong and the fix."""
+    if len(data) > MAX_HOOK_BYTES:
+        raise ValueError(
+            f"{what} is {len(data)} bytes, over the {MAX_HOOK_BYTES} a hook may have; a hook is a setup "
+            "script: put large files on S3 or /fsx and fetch them from the hook"
+        )
+    if not data.startswith(b"#!"):
+        raise ValueError(f"{what} does not start with '#!' (e.g. '#!/bin/bash'); the node runs it as a program")
+    if b"\0" in data:
+        raise ValueError(f"{what} contains NUL bytes; a hook is a text script")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} is not UTF-8 text; save it as UTF-8") from None
+
+
+def read_hook_file(base_dir: Path, rel: str) -> str:
+    path = base_dir / rel
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist or is not a file; the path is relative to {base_dir}")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
+    return check_hook_text(data, str(path))
+
+
+def _base_dir(info: ValidationInfo) -> Path:
+    context = info.context or {}
+    return Path(context.get("base_dir") or Path.cwd())
+
+
+class NodeReadyHook(Strict):
+    path: Annotated[str, AfterValidator(_hook_path_shape)] | None = Field(
+        None, description="Script file, relative to the project directory (where Pulumi.yaml is)."
+    )
+    script: str | None = Field(None, description="The script itself, inline (instead of path); starts with '#!'.")
+    timeout_minutes: int = Field(
+        DEFAULT_HOOK_TIMEOUT_MINUTES,
+        ge=1,
+        le=MAX_HOOK_TIMEOUT_MINUTES,
+        description="The hook is killed after this long and the boot fails at the hook step.",
+    )
+    run_on: Literal["all", "controller", "workers"] = Field("all", description="Which nodes run it.")
+    _text: str = PrivateAttr("")
+
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None:
+            read_hook_file(_base_dir(info), v)
+        return v
+
+    @field_validator("script")
+    @classmethod
+    def _inline(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_hook_text(v.encode("utf-8"), "the inline script")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self, info: ValidationInfo) -> NodeReadyHook:
+        if (self.path is None) == (self.script is None):
+            raise ValueError("set exactly one of path (a script file in the project) or script (the text inline)")
+        self._text = self.script if self.script is not None else read_hook_file(_base_dir(info), self.path or "")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The script the nodes run, ending in one newline."""
+        return self._text.rstrip("\n") + "\n"
+
+
+class HooksConfig(Strict):
+    on_node_ready: NodeReadyHook | None = Field(
+        None, description="Script every node (or run_on's nodes) runs as the last boot step."
+    )
+
+
 class ClusterConfig(Strict):
     name: str = Field(
         description="Cluster name: Slurm ClusterName, /fsx paths, the GpuClusterName tag; defaults to the stack name.",
@@ -380,6 +696,8 @@ class ClusterConfig(Strict):
     root_volume: RootVolumeConfig = Field(RootVolumeConfig(), description="Encrypted gp3 root volume.")
     slurm: SlurmConfig = Field(SlurmConfig(), description="Slurm settings.")
     validation: ValidationConfig = Field(ValidationConfig(), description="First-boot validation gate.")
+    node_iam: NodeIamConfig = Field(NodeIamConfig(), description="Extra permissions for the node role.")
+    hooks: HooksConfig = Field(HooksConfig(), description="Site-specific scripts the nodes run at boot.")
     tags: dict[Annotated[str, Field(min_length=1)], str] = Field(
         default_factory=dict, description="Tags on every resource."
     )
@@ -725,6 +1043,7 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
     problems += _az_problems(cfg)
     problems += _gp3_problems(cfg)
     problems += _tag_problems(cfg)
+    problems += _node_iam_problems(cfg)
     return problems
 
 
@@ -811,7 +1130,9 @@ _STAND_INS = {
 }
 
 
-def _semantic_errors_beside(raw: dict, shape: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _semantic_errors_beside(
+    raw: dict, shape: list[tuple[str, str]], context: dict[str, Any] | None = None
+) -> list[tuple[str, str]]:
     """Meaning errors of the sections that passed shape validation, so a typo in one
     section does not hide a wrong node count in another: every problem at once.
 
@@ -826,7 +1147,7 @@ def _semantic_errors_beside(raw: dict, shape: list[tuple[str, str]]) -> list[tup
         elif key in _STAND_INS:
             stand_in[key] = _STAND_INS[key]
     try:
-        cfg = ClusterConfig.model_validate(stand_in)
+        cfg = ClusterConfig.model_validate(stand_in, context=context)
     except ValidationError:
         return []
     reported = {path for path, _ in shape}
@@ -891,11 +1212,16 @@ def region_problems(cfg: ClusterConfig, region: str) -> list[tuple[str, str]]:
 REGION_PATH = "aws:region"
 
 
-def parse_config(raw: Any, stack: str | None = None, region: str | None = None) -> ClusterConfig:
+def parse_config(
+    raw: Any, stack: str | None = None, region: str | None = None, base_dir: Path | None = None
+) -> ClusterConfig:
     """Validate the raw `gpu-cluster:cluster` object; raise ConfigError with every problem.
 
     `stack`: the Pulumi stack name; `name` defaults to it, and AWS names derive from it
     (ClusterConfig.aws_name_base). `region`: `aws:region`, checked with region_problems.
+    `base_dir`: where `hooks.on_node_ready.path` is read from (the project directory, where
+    Pulumi.yaml and the stack files are); the current directory when not given, which is
+    the project directory when Pulumi runs the program.
     """
     if not isinstance(raw, dict):
         raise ConfigError([(ROOT, "missing or not an object; set it in Pulumi.<stack>.yaml (see README.md)")])
@@ -903,11 +1229,12 @@ def parse_config(raw: Any, stack: str | None = None, region: str | None = None) 
     if from_stack:
         raw = {**raw, "name": stack}
     region_only = [(REGION_PATH, m) for m in [aws_rules.region_problem(region)] if m] if region is not None else []
+    context = {"base_dir": base_dir}
     try:
-        cfg = ClusterConfig.model_validate(raw)
+        cfg = ClusterConfig.model_validate(raw, context=context)
     except ValidationError as err:
         shape = _pydantic_problems(err)
-        problems = shape + _semantic_errors_beside(raw, shape) + region_only
+        problems = shape + _semantic_errors_beside(raw, shape, context) + region_only
         if from_stack:
             problems = _name_from_stack(problems, str(stack))
         raise ConfigError(problems) from None
@@ -946,7 +1273,7 @@ def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
                 p("name"),
                 f"the cluster is named '{cfg.name}' but the stack is '{cfg.stack}': if this stack file "
                 "was copied from another stack, both clusters carry the same GpuClusterName tag and "
-                "Slurm ClusterName (ops finds groups by that tag); remove name (it defaults to the "
+                "Slurm ClusterName (only the stack-based group names tell them apart); remove name (it defaults to the "
                 "stack name) unless that is what you want",
             )
         )
@@ -983,4 +1310,5 @@ def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
                 "may get another kernel than its peers; pin image.ami_id (`python3 -m ops pin --image`)",
             )
         )
+    out += node_iam_warnings(cfg)
     return out

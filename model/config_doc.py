@@ -16,6 +16,8 @@ from model.config import ROOT, ClusterConfig
 
 def _type_name(annotation) -> str:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a validated type: named by what it holds
+        return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return " or ".join(_type_name(a) for a in args) + " (optional)"

@@ -119,7 +119,7 @@ def _write(root: Path, stack: Stack, keys: list[str], lines: list[str], value: A
     before = file.read_text()
     stackfile.write_key(file, keys, lines, value)
     try:
-        parse_config(load_raw(stack.name, root)[0], stack=stack.name)
+        parse_config(load_raw(stack.name, root)[0], stack=stack.name, base_dir=root)
     except ConfigError as err:
         file.write_text(before)  # never leave a stack file `pulumi up` cannot read
         raise OpsError(

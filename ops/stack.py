@@ -41,7 +41,9 @@ def load_stack(stack: str, region: str | None = None, root: Path = REPO) -> Stac
     raw, file_region = load_raw(stack, root)
     region = region or file_region
     # The stack name is `name`'s default and what the program's AWS names derive from.
-    cfg = parse_config(raw, stack=stack, region=region or None)
+    cfg = parse_config(
+        raw, stack=stack, region=region or None, base_dir=root
+    )  # a hook path is relative to the stack files
     if not region:
         raise ConfigError([("aws:region", "not set; add `aws:region: <region>` to the stack file or pass --region")])
     return Stack(stack, region, cfg)

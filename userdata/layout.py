@@ -51,6 +51,13 @@ MUNGE_KEY = "/etc/munge/munge.key"
 BOOT_LOG = "/var/log/gpu-cluster/boot.log"
 LOCAL_STATUS = "/var/lib/gpu-cluster/status"
 
+# --- the stack's hook (hooks.on_node_ready); shipped only when the stack sets one ------
+HOOKS = f"{HOME}/hooks"
+ON_NODE_READY = f"{HOOKS}/on-node-ready"  # the stack's script, as given
+ON_NODE_READY_STEP = f"{STEPS}/99-on-node-ready.sh"  # last step: runs it under `timeout`
+ON_NODE_READY_LOG = "/var/log/gpu-cluster/on-node-ready.log"  # the hook's own output
+ON_NODE_READY_STATUS = "/var/lib/gpu-cluster/on-node-ready.json"  # its last run, this node
+
 # --- storage ---------------------------------------------------------------------------
 FSX_MOUNTPOINT = "/fsx"
 FSX_ROOT_FMT = f"{FSX_MOUNTPOINT}/.gpu-cluster/{{cluster}}"  # root-only (0700) cluster state
@@ -63,6 +70,11 @@ ENROOT_FALLBACK_BASE = "/var/lib/gpu-cluster-enroot"
 def fsx_root(cluster: str) -> str:
     """The cluster's directory on /fsx: Slurm state, munge exchange, status, validation."""
     return FSX_ROOT_FMT.format(cluster=cluster)
+
+
+def hook_markers(cluster: str) -> str:
+    """Per-node copies of ON_NODE_READY_STATUS on /fsx (`<node>.json`), for operators."""
+    return f"{fsx_root(cluster)}/hooks/on-node-ready"
 
 
 def validation_results(cluster: str) -> str:
