@@ -14,19 +14,22 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pulumi
+import pulumi_aws as aws
 
-from infra.iam import NodeIdentity, NodeIdentityArgs
+from infra.iam import NodeIdentity, NodeIdentityArgs, registry_read_policy
 from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
 from infra.network import Network, NetworkArgs
 from infra.nodes import NodeGroups, NodeGroupsArgs
 from infra.payload import PayloadBucket, PayloadBucketArgs, PayloadObject, PayloadObjectArgs, payload_uri_template
 from infra.preflight import preflight
+from infra.registry_secrets import RegistrySecrets, RegistrySecretsArgs
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
 from model import tags as node_tags
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig, iso_utc, node_iam_policy
 from model.fsx_identity import fsx_identity
+from model.registries import RegistryAccess, needs_account, registry_access, stack_parameter_name, stack_secrets
 from model.schedule import group_schedule
 from model.tags import ON_DEMAND
 from userdata import layout
@@ -45,19 +48,26 @@ def render_node_files(
     dns_name: pulumi.Input[str],
     mount_name: pulumi.Input[str],
     bucket: pulumi.Input[str],
+    region: str = "",
+    account: pulumi.Input[str] = "",
 ) -> pulumi.Output:
     """Output[NodeFiles]: the pure renderer, called once the FSx endpoint and bucket are known.
 
-    Only a function call happens inside apply; no resource is declared there.
+    Only a function call happens inside apply; no resource is declared there. `region`
+    and `account` resolve `containers` (model/registries.py).
     """
 
     def render(values: list[str]) -> NodeFiles:
-        dns, mount, bucket_name = values
+        dns, mount, bucket_name, acct = values
         return render_userdata(
-            cfg, spec, FsxEndpoint(dns_name=dns, mount_name=mount), payload_uri_template(bucket_name)
+            cfg,
+            spec,
+            FsxEndpoint(dns_name=dns, mount_name=mount),
+            payload_uri_template(bucket_name),
+            registries=registry_access(cfg.containers, region, acct, cfg.name),
         )
 
-    return pulumi.Output.all(dns_name, mount_name, bucket).apply(render)
+    return pulumi.Output.all(dns_name, mount_name, bucket, account).apply(render)
 
 
 def encode_user_data(node_files: NodeFiles) -> str:
@@ -101,11 +111,52 @@ def group_output(cfg: ClusterConfig, g, asg_name: pulumi.Output[str], now: datet
     return out
 
 
-def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
+def _registry_policy(cfg: ClusterConfig, region: str, account: str) -> str:
+    access = registry_access(cfg.containers, region, account, cfg.name)
+    assert isinstance(access, RegistryAccess)  # only called with containers enabled
+    return registry_read_policy(access)
+
+
+def containers_wiring(
+    cfg: ClusterConfig, region: str, passwords: dict[str, pulumi.Output[str]], tags: dict[str, str]
+) -> tuple[pulumi.Input[str], pulumi.Output[str] | None, list[pulumi.Output]]:
+    """`containers` (docs/images.md): (account for the renderer, node role policy or None,
+    the stored stack secrets the launch template must wait for).
+
+    The stack's own account names its ECR registry and the secrets given by name; it is
+    looked up only then, so stacks without `containers` make no extra call.
+    """
+    account: pulumi.Input[str] = aws.get_caller_identity_output().account_id if needs_account(cfg.containers) else ""
+    policy = None
+    if cfg.containers.enabled:
+        policy = pulumi.Output.from_input(account).apply(lambda acct: _registry_policy(cfg, region, acct))
+    stored: list[pulumi.Output] = []
+    wanted = stack_secrets(cfg.containers)
+    if wanted:
+        secrets = RegistrySecrets(
+            cfg.name,
+            RegistrySecretsArgs(
+                cluster_name=cfg.name,
+                secrets={s: (stack_parameter_name(cfg.name, s), login, passwords[s]) for s, login in wanted.items()},
+                tags=tags,
+            ),
+        )
+        stored.append(secrets.parameter_names)
+    return account, policy, stored
+
+
+def build(
+    cfg: ClusterConfig,
+    region: str,
+    now: datetime,
+    registry_passwords: dict[str, pulumi.Output[str]] | None = None,
+) -> BuildResult:
     """Declare the cluster in `region` (infra/stack.py reads it from `aws:region`).
 
     `now` decides which blocks have started (infra/stack.py reads the clock once; plans
     and tests pass a fixed time, so their output does not depend on the wall clock).
+    `registry_passwords`: the Pulumi secrets of `containers` entries of kind stack
+    (infra/stack.py reads them), stored in SSM for the nodes.
     """
     preflight(cfg, region, now)
     name = cfg.name
@@ -134,7 +185,8 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
     # (node contract), so every node boots the same user data. The node files always
     # travel as the S3 payload: they are twice EC2's user-data limit (README, design).
     bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
-    node_files = render_node_files(cfg, spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name)
+    account, registry_policy, stored = containers_wiring(cfg, region, registry_passwords or {}, tags)
+    node_files = render_node_files(cfg, spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name, region, account)
     payload = PayloadObject(
         name,
         PayloadObjectArgs(
@@ -142,7 +194,8 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
         ),
     )
     # Tie the user data to the uploaded object: no node boots before its payload exists.
-    user_data_b64 = pulumi.Output.all(node_files, payload.key).apply(lambda v: encode_user_data(v[0]))
+    # Stack secrets are in SSM before any node can boot and read them.
+    user_data_b64 = pulumi.Output.all(node_files, payload.key, *stored).apply(lambda v: encode_user_data(v[0]))
     extra = cfg.node_iam.statements
     identity = NodeIdentity(
         name,
@@ -150,6 +203,7 @@ def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
             cluster_name=name,
             payload_object_arn=payload.object_arn,
             tags=tags,
+            registry_policy=registry_policy,
             managed_policy_arns=cfg.node_iam.managed_policy_arns,
             extra_policy=json.dumps(node_iam_policy(extra), sort_keys=True) if extra else None,
         ),

@@ -3,8 +3,8 @@
 Shells go through SSM Session Manager (AmazonSSMManagedInstanceCore); no SSH key is
 created or referenced anywhere. The node scripts read their own identity and tags from
 instance metadata (IMDSv2, docs/node-contract.md), so no EC2 API permission is needed.
-The one optional extra is s3:GetObject on the single user-data payload object, when
-the rendered node files outgrow the inline user-data budget.
+The extras: s3:GetObject on the single user-data payload object, and, with
+`containers`, ECR pulls and reads of the named registry secrets (`registry_read_policy`).
 
 A stack can add its own permissions (`node_iam`): each extra managed policy is one
 RolePolicyAttachment named after the policy, and the extra statements are one inline
@@ -22,6 +22,7 @@ import pulumi_aws as aws
 
 from infra.component import Component
 from model.config import SSM_CORE_POLICY_ARN
+from model.registries import RegistryAccess
 
 EC2_ASSUME_ROLE_POLICY = json.dumps(
     {
@@ -61,6 +62,44 @@ def attachment_names(name: str, arns: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+# Pulling an image from ECR: the token (registry level, no resource-level permission, so
+# Resource "*") and the three per-repository read actions [ECR-AUTH] [ECR-IAM].
+ECR_TOKEN_ACTION = "ecr:GetAuthorizationToken"
+ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+
+
+def registry_read_policy(access: RegistryAccess) -> str:
+    """ECR pulls from the listed registries and reads of exactly the named registry secrets.
+
+    No kms:Decrypt: SecureString parameters and secrets encrypted with the AWS managed
+    keys (aws/ssm, aws/secretsmanager) are decrypted through the service for any
+    principal of the account allowed to read them [SSM-KMS] [SM-KMS]; a customer
+    managed key needs a grant of its own (docs/images.md).
+    """
+    statements: list[dict] = []
+    if access.ecr_hosts:
+        statements.append({"Sid": "EcrToken", "Effect": "Allow", "Action": ECR_TOKEN_ACTION, "Resource": "*"})
+        statements.append(
+            {
+                "Sid": "EcrPull",
+                "Effect": "Allow",
+                "Action": ECR_PULL_ACTIONS,
+                "Resource": list(access.ecr_repository_arns),
+            }
+        )
+    ssm = sorted({c.arn for c in access.credentials if c.kind == "ssm"})
+    if ssm:
+        statements.append(
+            {"Sid": "RegistryParameters", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": ssm}
+        )
+    sm = sorted({c.arn for c in access.credentials if c.kind == "secretsmanager"})
+    if sm:
+        statements.append(
+            {"Sid": "RegistrySecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": sm}
+        )
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
 @dataclass
 class NodeIdentityArgs:
     cluster_name: str
@@ -70,6 +109,8 @@ class NodeIdentityArgs:
     # extra statements (None: no inline policy).
     managed_policy_arns: tuple[str, ...] = ()
     extra_policy: str | None = None
+    # containers: ECR pulls and registry secrets (model/registries.py); None: no statement.
+    registry_policy: pulumi.Input[str] | None = None
 
 
 class NodeIdentity(Component):
@@ -101,6 +142,8 @@ class NodeIdentity(Component):
             aws.iam.RolePolicyAttachment(logical, role=role.name, policy_arn=arn, opts=self.child)
         if args.extra_policy is not None:
             aws.iam.RolePolicy(f"{name}-node-iam", role=role.id, policy=args.extra_policy, opts=self.child)
+        if args.registry_policy is not None:
+            aws.iam.RolePolicy(f"{name}-registries", role=role.id, policy=args.registry_policy, opts=self.child)
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=args.tags, opts=self.child)
         self.role_name = role.name
         self.instance_profile_name = profile.name

@@ -35,8 +35,9 @@ from typing import Any
 
 import pulumi
 import yaml
+from pulumi.runtime import rpc
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE
+from model.config import CONFIG_KEY, CONFIG_NAMESPACE, STACK_SECRET_PREFIX
 
 REPO = Path(__file__).resolve().parent.parent
 FSX_ID = "fs-0123456789abcdef0"
@@ -72,10 +73,20 @@ def _hex(name: str, n: int = 17) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:n]
 
 
+# How the engine hands a secret input to the mocks: {SIG_KEY: SECRET_SIG, "value": ...}.
+_SIG_KEY, _SECRET_SIG = rpc._special_sig_key, rpc._special_secret_sig
+SECRET_PLACEHOLDER = "[secret]"
+# Stack secrets the plan cannot decrypt (a stack file's `secure:` values) run as this.
+PLAN_SECRET_VALUE = "plan-placeholder-not-a-real-secret"
+
+
 def _plain(value: Any) -> Any:
-    """Mock inputs as JSON: ints arrive as floats from the engine; keep them whole."""
+    """Mock inputs as JSON: ints arrive as floats from the engine; keep them whole.
+    Secret values are recorded as "[secret]", as `pulumi preview` shows them."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, dict) and value.get(_SIG_KEY) == _SECRET_SIG:
+        return SECRET_PLACEHOLDER
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -204,6 +215,13 @@ class PlanMocks(pulumi.runtime.Mocks):
                 "ownerId": "898082745236",
                 "state": "available",
             }
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {
+                "id": ACCOUNT,
+                "accountId": ACCOUNT,
+                "arn": f"arn:aws:iam::{ACCOUNT}:user/plan",
+                "userId": "AIDAPLANMOCK",
+            }
         if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
             rid = a.get("id")
             if rid not in self.blocks:
@@ -214,7 +232,13 @@ class PlanMocks(pulumi.runtime.Mocks):
         raise NotImplementedError(f"no mock for invoke {args.token}; add one to infra/plan.py PlanMocks")
 
 
-def run_with_mocks(program, mocks: PlanMocks, stack: str = "dev", config: dict[str, str] | None = None):
+def run_with_mocks(
+    program,
+    mocks: PlanMocks,
+    stack: str = "dev",
+    config: dict[str, str] | None = None,
+    secret_keys: list[str] | None = None,
+):
     """Run `program()` (declares resources, returns anything Output-able) under `mocks`.
 
     Waits for every registration, then returns (resolved value, urn lookup) where the
@@ -227,7 +251,7 @@ def run_with_mocks(program, mocks: PlanMocks, stack: str = "dev", config: dict[s
 
     monitor = MockMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack=stack, preview=False, monitor=monitor)
-    pulumi.runtime.set_all_config(config or {})
+    pulumi.runtime.set_all_config(config or {}, secret_keys or [])
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
     resolved: dict[str, Any] = {}
@@ -277,12 +301,16 @@ def run_under_mocks(
     subnet_az: str | None = None,
     mocks: PlanMocks | None = None,
     now: datetime = PLAN_NOW,
+    extra_config: dict[str, str] | None = None,
+    secrets: dict[str, str] | None = None,
 ):
     """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks, at `now`.
 
     Returns (mocks, urns, outputs, node_files). Raises pulumi.RunError for bad config.
     `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ);
     the mocked Capacity Blocks agree with the config unless `mocks` says otherwise.
+    `extra_config` / `secrets`: further config keys (`gpu-cluster:registry_password_ngc`),
+    plain or as `pulumi config set --secret` stores them.
     """
     if subnet_az is None and isinstance(raw_cluster, dict):
         subnet_az = (raw_cluster.get("network") or {}).get("availability_zone")
@@ -291,6 +319,8 @@ def run_under_mocks(
     config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster, default=_json_default)}
     if region:
         config["aws:region"] = region
+    config.update(extra_config or {})
+    config.update(secrets or {})
 
     def program():
         from infra import stack as stack_mod
@@ -298,7 +328,9 @@ def run_under_mocks(
         result = stack_mod.run(now=now)
         return pulumi.Output.all(pulumi.Output.from_input(result.outputs), result.node_files)
 
-    (outputs, node_files), urns = run_with_mocks(program, mocks, stack=stack, config=config)
+    (outputs, node_files), urns = run_with_mocks(
+        program, mocks, stack=stack, config=config, secret_keys=sorted(secrets or {})
+    )
     return mocks, urns, outputs, node_files
 
 
@@ -311,6 +343,26 @@ def load_stack_config(stack: str, root: Path = REPO) -> tuple[dict[str, Any], st
     doc = yaml.safe_load(path.read_text()) or {}
     config = doc.get("config") or {}
     return config.get(f"{CONFIG_NAMESPACE}:{CONFIG_KEY}"), config.get("aws:region")
+
+
+def load_stack_secrets(stack: str, root: Path = REPO) -> tuple[dict[str, str], dict[str, str]]:
+    """(secret, plain) registry passwords of the stack file (`gpu-cluster:registry_password_*`).
+
+    The plan cannot decrypt `secure:` values and never needs them: they run as
+    PLAN_SECRET_VALUE. A plain value is passed as plain config, so the plan fails on it
+    exactly as `pulumi up` would (infra/stack.py wants it stored with --secret).
+    """
+    doc = yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text()) or {}
+    secret: dict[str, str] = {}
+    plain: dict[str, str] = {}
+    for key, value in (doc.get("config") or {}).items():
+        if not key.startswith(f"{CONFIG_NAMESPACE}:{STACK_SECRET_PREFIX}"):
+            continue
+        if isinstance(value, dict) and "secure" in value:
+            secret[key] = PLAN_SECRET_VALUE
+        else:
+            plain[key] = str(value)
+    return secret, plain
 
 
 def apply_override(raw: Any, assignment: str) -> Any:
@@ -341,14 +393,20 @@ def apply_override(raw: Any, assignment: str) -> Any:
     return raw
 
 
-def write_plan(stack: str, out: Path, overrides: list[str] = (), root: Path = REPO) -> dict[str, Any]:
+def write_plan(
+    stack: str, out: Path, overrides: list[str] = (), root: Path = REPO, secrets: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """`secrets`: stack secret values to run with (tests), over the stack file's placeholders."""
     raw, region = load_stack_config(stack, root)
+    file_secrets, plain = load_stack_secrets(stack, root)
     for assignment in overrides:
         if assignment.startswith("aws:region="):
             region = assignment.partition("=")[2]
         else:
             raw = apply_override(raw, assignment)
-    mocks, urns, outputs, node_files = run_under_mocks(raw, region, stack=stack)
+    mocks, urns, outputs, node_files = run_under_mocks(
+        raw, region, stack=stack, extra_config=plain, secrets={**file_secrets, **(secrets or {})}
+    )
 
     resources = []
     for r in mocks.resources:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pulumi
 
 from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, config_warnings, parse_config
+from model.registries import stack_secret_key
 
 # Where Pulumi.yaml and the stack files are: relative paths in the config (the
 # on-node-ready hook) are read from here, wherever the program is run from.
@@ -29,6 +30,39 @@ def load_config() -> ClusterConfig:
     return cfg
 
 
+def registry_passwords(cfg: ClusterConfig) -> dict[str, pulumi.Output[str]]:
+    """`containers.registry_credentials` of kind stack: each named Pulumi secret, which must
+    exist and be stored encrypted (`pulumi config set --secret`), never in plain text."""
+    conf = pulumi.Config(CONFIG_NAMESPACE)
+    out: dict[str, pulumi.Output[str]] = {}
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for i, c in enumerate(cfg.containers.registry_credentials):
+        if c.kind != "stack" or c.secret in seen:
+            continue
+        seen.add(c.secret)
+        key = stack_secret_key(c.secret)
+        full = f"{CONFIG_NAMESPACE}:{key}"
+        path = f"{CONFIG_NAMESPACE}:{CONFIG_KEY}.containers.registry_credentials[{i}].secret"
+        value = conf.get_secret(key)
+        if value is None:
+            problems.append(
+                (path, f"{full} is not set; run `pulumi config set --secret {full}` (it asks for the password)")
+            )
+        elif not pulumi.runtime.is_config_secret(full):
+            problems.append(
+                (
+                    path,
+                    f"{full} is stored in plain text in the stack file; remove it and set it again with `pulumi config set --secret {full}`",
+                )
+            )
+        else:
+            out[c.secret] = value
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
 def aws_region() -> str:
     region = pulumi.Config("aws").get("region")
     if not region:
@@ -48,7 +82,7 @@ def run(now: datetime | None = None):
     if now is None:
         now = datetime.now(UTC)
     try:
-        return build(cfg, aws_region(), now)
+        return build(cfg, aws_region(), now, registry_passwords(cfg))
     except ConfigError as err:
         raise pulumi.RunError(str(err)) from None
 

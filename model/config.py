@@ -683,6 +683,68 @@ class HooksConfig(Strict):
     )
 
 
+# --- containers: private registries (docs/images.md "Private images") -----------------
+# An ECR private registry host: <account>.dkr.ecr.<region>.amazonaws.com[.cn] [ECR-AUTH].
+ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+_ACCOUNT_ID = re.compile(r"^\d{12}$")
+# A registry host as Enroot matches it in its credentials file (`machine <host>`), with
+# an optional port; lowercase, because registry hosts are DNS names.
+_REGISTRY_HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:\d{1,5})?$")
+# SSM parameter names: letters, digits and . - _ with / for hierarchies of at most 15
+# levels, no 'aws' or 'ssm' prefix [SSM-NAMES].
+_SSM_NAME = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+# Secrets Manager: a name (letters, digits and /_+=.@-) or the secret's full ARN [SM-ARN].
+_SM_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_SM_ARN = re.compile(r"^arn:aws(-cn|-us-gov)?:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
+
+
+# A stack secret's short name: the config key `gpu-cluster:registry_password_<name>` and
+# the last component of the SSM parameter the program creates from it.
+_STACK_SECRET = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+STACK_SECRET_PREFIX = "registry_password_"
+
+
+class RegistryCredential(Strict):
+    registry: str = Field(description="Registry host the login is for, as in the image name (e.g. nvcr.io).")
+    kind: Literal["ssm", "secretsmanager", "stack"] = Field(
+        description="Where the secret lives: an SSM SecureString parameter, a Secrets Manager secret, or a stack secret the program stores in SSM."
+    )
+    secret: str = Field(
+        description='ssm: parameter name; secretsmanager: secret name or ARN (value: JSON {"login": ..., "password": ...}); stack: short name of the stack secret gpu-cluster:registry_password_<secret>.'
+    )
+    login: str | None = Field(
+        None, description="kind stack only: the login that goes with the stack secret (e.g. $oauthtoken for NGC)."
+    )
+
+
+class ContainersConfig(Strict):
+    ecr: bool | tuple[str, ...] = Field(
+        False,
+        description="ECR registries nodes may pull from: true for this account's registry in the stack's region, or a list of account ids / registry hosts.",
+    )
+    registry_credentials: tuple[RegistryCredential, ...] = Field(
+        (), description="Logins for other registries (NGC, a private registry), read by the nodes at boot."
+    )
+
+    @field_validator("ecr", mode="before")
+    @classmethod
+    def _ecr_shape(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return v
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{v!r} is not true/false or a list; use true, or a list of account ids or ECR hosts")
+        for item in v:
+            if not isinstance(item, str):
+                raise ValueError(
+                    f"{item!r} is not a string; quote account ids in YAML ('123456789012': a number loses leading zeros)"
+                )
+        return v
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ecr) or bool(self.registry_credentials)
+
+
 class ClusterConfig(Strict):
     name: str = Field(
         description="Cluster name: Slurm ClusterName, /fsx paths, the GpuClusterName tag; defaults to the stack name.",
@@ -698,6 +760,9 @@ class ClusterConfig(Strict):
     validation: ValidationConfig = Field(ValidationConfig(), description="First-boot validation gate.")
     node_iam: NodeIamConfig = Field(NodeIamConfig(), description="Extra permissions for the node role.")
     hooks: HooksConfig = Field(HooksConfig(), description="Site-specific scripts the nodes run at boot.")
+    containers: ContainersConfig = Field(
+        ContainersConfig(), description="Private container registries: ECR access and registry logins."
+    )
     tags: dict[Annotated[str, Field(min_length=1)], str] = Field(
         default_factory=dict, description="Tags on every resource."
     )
@@ -1035,6 +1100,8 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
                     )
                 )
 
+    problems += _containers_errors(cfg.containers)
+
     if cfg.image.ami_id and cfg.image.allow_unpinned:
         problems.append(
             (p("image", "allow_unpinned"), "image.ami_id pins the image already; remove allow_unpinned or ami_id")
@@ -1114,6 +1181,110 @@ def _tag_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+def _containers_errors(c: ContainersConfig) -> list[tuple[str, str]]:
+    """Registry hosts and secret ids: shapes AWS and Enroot accept, nothing listed twice."""
+    problems: list[tuple[str, str]] = []
+    p = lambda *parts: _loc_to_path(("containers", *parts))  # noqa: E731
+    if c.ecr is not True and c.ecr is not False:
+        if not c.ecr:
+            problems.append(
+                (p("ecr"), "an empty list grants nothing; use true, a list of account ids or hosts, or remove it")
+            )
+        for i, entry in enumerate(c.ecr):
+            if not (_ACCOUNT_ID.match(entry) or ECR_HOST.match(entry)):
+                problems.append(
+                    (
+                        p("ecr", i),
+                        f"'{entry}' is neither a 12-digit account id nor an ECR registry host; use e.g. '123456789012' or '123456789012.dkr.ecr.us-east-2.amazonaws.com' (quote account ids in YAML)",
+                    )
+                )
+            elif list(c.ecr).index(entry) != i:
+                problems.append((p("ecr", i), f"'{entry}' is listed twice; list each registry once"))
+    # Enroot matches a login by host name, without the port [ENROOT-IMPORT].
+    hosts = [r.registry.split(":")[0] for r in c.registry_credentials]
+    for i, r in enumerate(c.registry_credentials):
+        if ECR_HOST.match(r.registry) or ".dkr.ecr." in r.registry:
+            problems.append(
+                (
+                    p("registry_credentials", i, "registry"),
+                    f"'{r.registry}' is an ECR registry: nodes log in to it with ECR tokens; list it (or its account id) under containers.ecr instead",
+                )
+            )
+        elif not _REGISTRY_HOST.match(r.registry):
+            problems.append(
+                (
+                    p("registry_credentials", i, "registry"),
+                    f"'{r.registry}' is not a registry host; use the host part of the image name in lowercase, e.g. 'nvcr.io' or 'registry.example.com:5000' (no scheme, no path)",
+                )
+            )
+        elif hosts.index(hosts[i]) != i:
+            problems.append(
+                (
+                    p("registry_credentials", i, "registry"),
+                    f"'{hosts[i]}' has a login already; Enroot uses one login per host name (ports aside), so list each registry once",
+                )
+            )
+        if r.kind == "ssm" and re.match(r"^/?(aws|ssm)", r.secret, re.IGNORECASE):
+            problems.append(
+                (
+                    p("registry_credentials", i, "secret"),
+                    f"'{r.secret}' starts with 'aws' or 'ssm', which SSM reserves; use your own path, e.g. '/gpu-cluster/ngc'",
+                )
+            )
+        elif r.kind == "ssm" and (not _SSM_NAME.match(r.secret) or len(r.secret) > 1011 or r.secret.count("/") > 15):
+            problems.append(
+                (
+                    p("registry_credentials", i, "secret"),
+                    f"'{r.secret}' is not an SSM parameter name; use letters, digits, '.', '-', '_' and '/' for the path, e.g. '/gpu-cluster/ngc' (the name, not its ARN)",
+                )
+            )
+        if r.kind == "stack":
+            if not _STACK_SECRET.match(r.secret):
+                problems.append(
+                    (
+                        p("registry_credentials", i, "secret"),
+                        f"'{r.secret}' is not a stack secret name; use 1-40 lowercase letters, digits or '_', starting with a letter (the config key is gpu-cluster:{STACK_SECRET_PREFIX}<secret>)",
+                    )
+                )
+            if r.login is None:
+                problems.append(
+                    (
+                        p("registry_credentials", i, "login"),
+                        "required with kind stack (the stack secret holds only the password); e.g. '$oauthtoken' for NGC",
+                    )
+                )
+            elif not r.login or any(ch.isspace() for ch in r.login):
+                problems.append(
+                    (
+                        p("registry_credentials", i, "login"),
+                        f"{r.login!r} is empty or has a blank; Enroot's credentials file splits on blanks",
+                    )
+                )
+            first = next(x for x in c.registry_credentials if x.kind == "stack" and x.secret == r.secret)
+            if first.login != r.login and r.login is not None:
+                problems.append(
+                    (
+                        p("registry_credentials", i, "login"),
+                        f"stack secret '{r.secret}' is used with login {first.login!r} already; one stack secret stores one login (use another secret name)",
+                    )
+                )
+        elif r.login is not None:
+            problems.append(
+                (
+                    p("registry_credentials", i, "login"),
+                    f'only used with kind stack; for kind {r.kind} the login is inside the secret (JSON {{"login": ..., "password": ...}}); remove it',
+                )
+            )
+        if r.kind == "secretsmanager" and not (_SM_NAME.match(r.secret) or _SM_ARN.match(r.secret)):
+            problems.append(
+                (
+                    p("registry_credentials", i, "secret"),
+                    f"'{r.secret}' is neither a Secrets Manager secret name (letters, digits and /_+=.@-) nor a secret ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>)",
+                )
+            )
+    return problems
 
 
 def _section(path: str) -> str:

@@ -20,7 +20,8 @@ def _type_name(annotation) -> str:
         return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " (optional)"
+        optional = " (optional)" if len(args) < len(typing.get_args(annotation)) else ""
+        return " or ".join(_type_name(a) for a in args) + optional
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in typing.get_args(annotation))
     if origin is tuple:

@@ -47,6 +47,15 @@ SYSTEMD_DIR = "/etc/systemd/system"
 PER_BOOT_SCRIPT = "/var/lib/cloud/scripts/per-boot/gpu-cluster-boot.sh"
 MUNGE_KEY = "/etc/munge/munge.key"
 
+# --- private registries (only with `containers`; userdata/registries.py) ------------------
+REGISTRIES_CONF = f"{ETC}/registries.conf"  # what to log in to: ECR hosts, secret ids
+REGISTRY_LOGIN = f"{BIN}/gpu-cluster-registry-login"
+# ENROOT_CONFIG_PATH for every user (an enroot.conf.d drop-in): Enroot reads the logins
+# from `$ENROOT_CONFIG_PATH/.credentials` [ENROOT-IMPORT], as the job's user.
+ENROOT_CONFIG_DIR = "/etc/enroot/config"
+ENROOT_CREDENTIALS = f"{ENROOT_CONFIG_DIR}/.credentials"
+ENROOT_CONF_DROPIN = "/etc/enroot/enroot.conf.d/90-gpu-cluster-registries.conf"
+
 # --- state and logs ------------------------------------------------------------------
 BOOT_LOG = "/var/log/gpu-cluster/boot.log"
 LOCAL_STATUS = "/var/lib/gpu-cluster/status"
