@@ -100,13 +100,14 @@ def group_output(cfg: ClusterConfig, g, asg_name: pulumi.Output[str], now: datet
     return out
 
 
-def build(cfg: ClusterConfig, region: str, now: datetime) -> BuildResult:
+def build(cfg: ClusterConfig, region: str, now: datetime, allow_example_values: bool = False) -> BuildResult:
     """Declare the cluster in `region` (infra/stack.py reads it from `aws:region`).
 
     `now` decides which blocks have started (infra/stack.py reads the clock once; plans
     and tests pass a fixed time, so their output does not depend on the wall clock).
+    `allow_example_values`: the offline plan renders the shipped stack files' example ids.
     """
-    preflight(cfg, region, now)
+    preflight(cfg, region, now, allow_example_values)
     name = cfg.name
     spec = cfg.spec
     tags = {**cfg.tags, node_tags.CLUSTER: name}

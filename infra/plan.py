@@ -277,8 +277,12 @@ def run_under_mocks(
     subnet_az: str | None = None,
     mocks: PlanMocks | None = None,
     now: datetime = PLAN_NOW,
+    allow_example_values: bool = True,
 ):
     """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks, at `now`.
+
+    Plans render the shipped stack files' example ids (`model/placeholders.py`); with
+    `allow_example_values=False` the program refuses them as `pulumi up` does.
 
     Returns (mocks, urns, outputs, node_files). Raises pulumi.RunError for bad config.
     `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ);
@@ -295,7 +299,7 @@ def run_under_mocks(
     def program():
         from infra import stack as stack_mod
 
-        result = stack_mod.run(now=now)
+        result = stack_mod.run(now=now, allow_example_values=allow_example_values)
         return pulumi.Output.all(pulumi.Output.from_input(result.outputs), result.node_files)
 
     (outputs, node_files), urns = run_with_mocks(program, mocks, stack=stack, config=config)
