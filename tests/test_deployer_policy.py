@@ -352,6 +352,11 @@ def test_policy_is_a_valid_least_privilege_document(policy):
         assert name != "*", f"{action}: a whole service"
 
 
+def test_policy_fits_in_one_managed_policy():
+    """`aws iam create-policy` takes at most 6,144 characters, whitespace not counted [IAM-QUOTAS]."""
+    assert len(re.sub(r"\s", "", POLICY.read_text())) <= 6144
+
+
 def _duplicates_are_in_separate_scopes(policy: dict) -> bool:
     """An action may appear twice only with different resources (e.g. iam:PutRolePolicy
     on the node role and on FSx's S3 service-linked role)."""

@@ -204,3 +204,8 @@ def test_ops_preflight_json_lists_the_example_values(tmp_path):
     doc = json.loads(ctx.out.getvalue())
     assert rc == 2 and doc["ok"] is False
     assert [(p["path"], p["message"]) for p in doc["problems"]] == PROD_PROBLEMS
+
+
+def test_readme_shows_the_refusal_as_preflight_prints_it():
+    path, message = DEV_PROBLEMS[0]
+    assert f"{path}: {message}" in (REPO / "README.md").read_text().splitlines()
