@@ -150,6 +150,7 @@ def build(
     region: str,
     now: datetime,
     registry_passwords: dict[str, pulumi.Output[str]] | None = None,
+    allow_example_values: bool = False,
 ) -> BuildResult:
     """Declare the cluster in `region` (infra/stack.py reads it from `aws:region`).
 
@@ -157,8 +158,9 @@ def build(
     and tests pass a fixed time, so their output does not depend on the wall clock).
     `registry_passwords`: the Pulumi secrets of `containers` entries of kind stack
     (infra/stack.py reads them), stored in SSM for the nodes.
+    `allow_example_values`: the offline plan renders the shipped stack files' example ids.
     """
-    preflight(cfg, region, now)
+    preflight(cfg, region, now, allow_example_values)
     name = cfg.name
     spec = cfg.spec
     tags = {**cfg.tags, node_tags.CLUSTER: name}

@@ -303,8 +303,12 @@ def run_under_mocks(
     now: datetime = PLAN_NOW,
     extra_config: dict[str, str] | None = None,
     secrets: dict[str, str] | None = None,
+    allow_example_values: bool = True,
 ):
     """Run `infra.stack.run()` with `raw_cluster` as config under fresh mocks, at `now`.
+
+    Plans render the shipped stack files' example ids (`model/placeholders.py`); with
+    `allow_example_values=False` the program refuses them as `pulumi up` does.
 
     Returns (mocks, urns, outputs, node_files). Raises pulumi.RunError for bad config.
     `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ);
@@ -325,7 +329,7 @@ def run_under_mocks(
     def program():
         from infra import stack as stack_mod
 
-        result = stack_mod.run(now=now)
+        result = stack_mod.run(now=now, allow_example_values=allow_example_values)
         return pulumi.Output.all(pulumi.Output.from_input(result.outputs), result.node_files)
 
     (outputs, node_files), urns = run_with_mocks(

@@ -22,6 +22,7 @@ import pulumi_aws as aws
 
 from model.config import ROOT, ClusterConfig, ConfigError
 from model.deploy import deploy_problems
+from model.placeholders import example_value_problems
 from model.preflight import BlockFacts, PreflightFacts, SubnetFacts, check_blocks, check_network, image_refusal
 
 DEFAULT_ROUTE = "0.0.0.0/0"
@@ -150,9 +151,15 @@ def gather(cfg: ClusterConfig, region: str, now: datetime) -> PreflightFacts:
     )
 
 
-def preflight(cfg: ClusterConfig, region: str, now: datetime) -> None:
-    """Raise ConfigError with every problem; log warnings. Declares nothing."""
+def preflight(cfg: ClusterConfig, region: str, now: datetime, allow_example_values: bool = False) -> None:
+    """Raise ConfigError with every problem; log warnings. Declares nothing.
+
+    Example ids from the shipped stack files are refused before any lookup (the lookup
+    would only fail less clearly); the offline plan passes allow_example_values."""
     problems = deploy_problems(cfg, now, region)
+    examples = [] if allow_example_values else example_value_problems(cfg, region)
+    if examples:
+        raise ConfigError(problems + examples)
     if cfg.image.ami_id:
         problems += image_problems(cfg.image.ami_id, region)
     facts = gather(cfg, region, now)

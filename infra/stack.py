@@ -70,11 +70,12 @@ def aws_region() -> str:
     return region
 
 
-def run(now: datetime | None = None):
+def run(now: datetime | None = None, allow_example_values: bool = False):
     """Build the stack from config; config and preflight errors become RunError lines.
 
     The clock is read here, once: which Capacity Blocks have started decides group
-    sizes and scheduled actions. `infra/plan.py` and the tests pass a fixed `now`.
+    sizes and scheduled actions. `infra/plan.py` and the tests pass a fixed `now`, and
+    `allow_example_values` (plans render the shipped stack files as they are).
     """
     from infra.cluster import build
 
@@ -82,7 +83,7 @@ def run(now: datetime | None = None):
     if now is None:
         now = datetime.now(UTC)
     try:
-        return build(cfg, aws_region(), now, registry_passwords(cfg))
+        return build(cfg, aws_region(), now, registry_passwords(cfg), allow_example_values)
     except ConfigError as err:
         raise pulumi.RunError(str(err)) from None
 

@@ -4,6 +4,8 @@ The checks themselves are pure (`model/preflight.py`); this module reads the fac
 It runs the program's deploy-time rules first (`model.deploy.deploy_problems`: block
 dates and scale-in, pinned image, pinned FSx identity) and checks the pinned AMI the
 way the program does, so a clean preflight means `pulumi up` passes its own preflight.
+Example ids left from a shipped stack file (`model/placeholders.py`) are config
+problems: refused before any AWS call, as the program refuses them before any lookup.
 Exit status: 0 clean (warnings allowed), 2 problems (config or account).
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from model.config import ConfigError
 from model.deploy import deploy_problems
+from model.placeholders import example_value_problems
 from model.preflight import Finding, errors, path, preflight_findings
 from ops.aws import OpsError
 from ops.context import Context
@@ -25,6 +28,9 @@ from ops.stack import load_stack
 def run(ctx: Context, args: Any, session_for) -> int:
     try:
         stack = load_stack(args.stack, args.region, args.stack_dir)
+        examples = example_value_problems(stack.config, stack.region)
+        if examples:
+            raise ConfigError(deploy_problems(stack.config, ctx.clock.now(), stack.region) + examples)
     except ConfigError as err:
         lines = [f"{p}: {m}" for p, m in err.problems]
         if args.json:

@@ -16,7 +16,7 @@ from ops.cli import main
 from ops.fsx import LIVE_FIELDS
 from ops.stackfile import scalar, set_key
 from tests.ops_stubs import NOW, Aws, FakeClock, context
-from tests.test_ops_preflight import AMI, IMAGE, STACK, block, stub_account, write_stack
+from tests.test_ops_preflight import AMI, CR, IMAGE, STACK, block, stub_account, write_stack
 
 REPO = Path(__file__).resolve().parent.parent
 P = "gpu-cluster:cluster"
@@ -457,7 +457,7 @@ def test_preflight_refuses_what_pulumi_up_refuses(tmp_path):
     rc, lines = run_preflight(aws, write_stack(tmp_path, cluster), now=late)
     assert rc == 2
     assert lines == [
-        f"{P}.capacity.capacity_blocks[0].end: block cr-0123456789abcdef0 ends at 2026-12-07T11:30:00Z and its nodes "
+        f"{P}.capacity.capacity_blocks[0].end: block {CR} ends at 2026-12-07T11:30:00Z and its nodes "
         "stop at 2026-12-07T10:50:00Z (capacity.block_end_margin_minutes 40), which is past at 2026-12-07T11:00:00Z; "
         "move to the next block: replace this entry with the new block (README, moving to the next block)",
         f"{P}.image.ami_id: required to deploy: pin the image so every node, including replacements, boots the same "

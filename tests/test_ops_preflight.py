@@ -14,11 +14,13 @@ from ops.cli import main
 from tests.ops_stubs import NOW, Aws, context, reservation
 
 REPO = Path(__file__).resolve().parent.parent
-CR = "cr-0123456789abcdef0"
-SUBNET = "subnet-0a1b2c3d4e5f60718"
+# Real-looking ids, not the shipped stack files' examples: preflight refuses those
+# before any AWS call (model/placeholders.py, tests/test_placeholders.py).
+CR = "cr-0c4f9a1e2b3d5a6f7"
+SUBNET = "subnet-0c4f9a1e2b3d5a6f7"
 VPC = "vpc-0a1b2c3d4e5f60718"
 P = "gpu-cluster:cluster"
-AMI = "ami-0a1b2c3d4e5f60718"
+AMI = "ami-0c4f9a1e2b3d5a6f7"
 START, END = NOW - timedelta(days=1, minutes=30), NOW + timedelta(days=5, hours=23, minutes=30)  # 11:30 UTC
 
 # A deployable stack: block dates as EC2 gives them and a pinned image (`pulumi up`
@@ -52,7 +54,7 @@ IMAGE = {
 
 def block(**kw):
     """The stack's block as EC2 describes it (dates as declared)."""
-    return reservation(**{"start": START, "end": END, **kw})
+    return reservation(**{"rid": CR, "start": START, "end": END, **kw})
 
 
 def write_stack(tmp_path: Path, cluster: dict | None = None, region: str = "us-east-2") -> Path:
@@ -201,6 +203,7 @@ def test_every_bad_block_fact_at_once(tmp_path):
         aws,
         blocks=[
             reservation(
+                rid=CR,
                 state="expired",
                 instance_type="p4d.24xlarge",
                 az="us-east-2a",
@@ -436,7 +439,9 @@ def test_one_unknown_block_among_several_is_found_id_by_id():
         expected_params={"CapacityReservationIds": [CR, other]},
     )
     ec2.add_response(
-        "describe_capacity_reservations", {"CapacityReservations": [reservation()]}, {"CapacityReservationIds": [CR]}
+        "describe_capacity_reservations",
+        {"CapacityReservations": [reservation(rid=CR)]},
+        {"CapacityReservationIds": [CR]},
     )
     ec2.add_client_error(
         "describe_capacity_reservations",
