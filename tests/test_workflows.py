@@ -311,3 +311,18 @@ def test_comment_truncated_below_githubs_limit(review, tmp_path):
     [_, (kind, _, posted)] = _comment(review, tmp_path, body, [])
     assert kind == "create" and len(posted) < 65536 and posted.startswith(MARKER)
     assert posted.endswith("_(truncated: the whole diff is in the job summary)_\n")
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_shellcheck_run_scripts(review, tmp_path):
+    """Each `run:` block as the runner executes it (bash -e, pipefail)."""
+    scripts = []
+    for job_name, job in review["jobs"].items():
+        for i, step in enumerate(job["steps"]):
+            if "run" in step:
+                path = tmp_path / f"{job_name}-{i}.sh"
+                path.write_text("#!/usr/bin/env bash\nset -eo pipefail\n" + step["run"])
+                scripts.append(str(path))
+    assert len(scripts) == 4
+    proc = subprocess.run(["shellcheck", *scripts], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
