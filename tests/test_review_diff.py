@@ -263,7 +263,7 @@ def test_not_a_checkout_exits_2(tmp_path, capsys):
 
 def test_make_diff_interface():
     proc = subprocess.run(
-        ["make", "-n", "diff", "BASE=origin/main", "FORMAT=markdown", "OUT=build/review.md"],
+        ["make", "--no-print-directory", "-n", "diff", "BASE=origin/main", "FORMAT=markdown", "OUT=build/review.md"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -271,7 +271,7 @@ def test_make_diff_interface():
     )
     assert proc.stdout.strip().endswith("-m infra.review --base origin/main --format markdown --out build/review.md")
     proc = subprocess.run(
-        ["make", "-n", "diff", "BASE=main"], cwd=REPO, capture_output=True, text=True, check=True, env=os.environ
+        ["make", "--no-print-directory", "-n", "diff", "BASE=main"], cwd=REPO, capture_output=True, text=True, check=True, env=os.environ
     )
     assert proc.stdout.strip().endswith("-m infra.review --base main --format text")
 
