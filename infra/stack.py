@@ -6,15 +6,36 @@ from datetime import UTC, datetime
 
 import pulumi
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, parse_config
+from model import config as model_config
+from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ROOT, ClusterConfig, ConfigError, parse_config
+
+
+def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Accepted-but-odd settings, `(path, message)`: printed, never fatal.
+
+    The rules live in `model.config.config_warnings` (issue 11, item 1); until that
+    function exists there are none.
+    """
+    rules = getattr(model_config, "config_warnings", None)
+    return list(rules(cfg)) if rules is not None else []
 
 
 def load_config() -> ClusterConfig:
-    raw = pulumi.Config(CONFIG_NAMESPACE).get_object(CONFIG_KEY)
     try:
-        return parse_config(raw)
+        raw = pulumi.Config(CONFIG_NAMESPACE).get_object(CONFIG_KEY)
+    except pulumi.ConfigTypeError:
+        # Pulumi's own message quotes the value, which may be a decrypted secret.
+        raise pulumi.RunError(
+            f"{ROOT}: not a JSON object; set keys with `pulumi config set --path 'cluster.<key>' <value>` "
+            "or write the object under config: in Pulumi.<stack>.yaml"
+        ) from None
+    try:
+        cfg = parse_config(raw)
     except ConfigError as err:
         raise pulumi.RunError(str(err)) from None
+    for path, message in config_warnings(cfg):
+        pulumi.log.warn(f"{path}: {message}")
+    return cfg
 
 
 def aws_region() -> str:
