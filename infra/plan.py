@@ -36,6 +36,7 @@ import argparse
 import base64
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -49,6 +50,7 @@ import grpc
 import pulumi
 import yaml
 
+from infra.stack import one_line
 from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ROOT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,6 +147,9 @@ class PlanMocks(pulumi.runtime.Mocks):
         self.fail_invokes = fail_invokes or {}
         self.resources: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
+        # (severity, message) of everything the program logged (pulumi.log.*): under a
+        # real engine these are the diagnostics `pulumi preview` prints.
+        self.log: list[tuple[str, str]] = []
 
     def new_resource(self, args):
         inputs = _plain(dict(args.inputs))
@@ -254,6 +259,17 @@ class PlanMocks(pulumi.runtime.Mocks):
         raise NotImplementedError(f"no mock for invoke {args.token}; add one to infra/plan.py PlanMocks")
 
 
+class _EngineLog(logging.Handler):
+    """The mock engine's log (pulumi.log.* in the program) into a list."""
+
+    def __init__(self, sink: list[tuple[str, str]]):
+        super().__init__(logging.INFO)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append((record.levelname.lower(), record.getMessage()))
+
+
 def run_with_mocks(program, mocks: PlanMocks, stack: str = "dev", config: dict[str, str] | None = None):
     """Run `program()` (declares resources, returns anything Output-able) under `mocks`.
 
@@ -266,7 +282,11 @@ def run_with_mocks(program, mocks: PlanMocks, stack: str = "dev", config: dict[s
     from pulumi.runtime.sync_await import _sync_await
 
     monitor = MockMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack=stack, preview=False, monitor=monitor)
+    logger = logging.getLogger("gpu-cluster.plan.engine")
+    logger.handlers[:] = [_EngineLog(getattr(mocks, "log", []))]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack=stack, preview=False, monitor=monitor, logger=logger)
     pulumi.runtime.set_all_config(config or {})
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
@@ -313,6 +333,14 @@ def declared_blocks(raw_cluster: Any, now: datetime = PLAN_NOW) -> dict[str, dic
     return out
 
 
+def plan_mocks(raw_cluster: Any, region: Any, subnet_az: str | None = None, now: datetime = PLAN_NOW) -> PlanMocks:
+    """Mocks under which preflight passes: the existing subnet is in the configured AZ
+    (unless `subnet_az` says otherwise) and the Capacity Blocks agree with the config."""
+    if subnet_az is None and isinstance(raw_cluster, dict) and isinstance(raw_cluster.get("network"), dict):
+        subnet_az = raw_cluster["network"].get("availability_zone")
+    return PlanMocks(region or "us-east-1", subnet_az=subnet_az, blocks=declared_blocks(raw_cluster, now))
+
+
 def run_under_mocks(
     raw_cluster: Any,
     region: str,
@@ -327,10 +355,8 @@ def run_under_mocks(
     `subnet_az` is the AZ the mocked existing subnet reports (default: the configured AZ);
     the mocked Capacity Blocks agree with the config unless `mocks` says otherwise.
     """
-    if subnet_az is None and isinstance(raw_cluster, dict) and isinstance(raw_cluster.get("network"), dict):
-        subnet_az = raw_cluster["network"].get("availability_zone")
     if mocks is None:
-        mocks = PlanMocks(region or "us-east-1", subnet_az=subnet_az, blocks=declared_blocks(raw_cluster, now))
+        mocks = plan_mocks(raw_cluster, region, subnet_az, now)
     config = {f"{CONFIG_NAMESPACE}:{CONFIG_KEY}": json.dumps(raw_cluster, default=_json_default)}
     if region:
         config["aws:region"] = region
@@ -735,6 +761,11 @@ def apply_override(raw: Any, assignment: str, secrets: list[str] | None = None) 
     return tree
 
 
+def warning_lines(mocks: PlanMocks) -> list[str]:
+    """What the program logged as warnings (config and preflight), as `pulumi preview` shows them."""
+    return [one_line(f"warning: {message}") for severity, message in mocks.log if severity == "warning"]
+
+
 def check_out(out: Path) -> None:
     """`--out` is a directory we can create or write; InputError otherwise (checked
     before the program runs, so a typo costs nothing)."""
@@ -794,10 +825,11 @@ def write_plan(
         check = err.lines
     if problems or check:
         raise InputError(problems + check)
+    mocks = plan_mocks(raw, region)
     try:
-        mocks, urns, outputs, node_files = run_under_mocks(raw, region, stack=stack)
+        _, urns, outputs, node_files = run_under_mocks(raw, region, stack=stack, mocks=mocks)
     except pulumi.RunError as err:
-        raise InputError(_with_secret_notes(str(err).splitlines(), secrets)) from None
+        raise InputError(warning_lines(mocks) + _with_secret_notes(str(err).split("\n"), secrets)) from None
     try:
         return _write_outputs(stack, out, recorded, region, mocks, urns, outputs, node_files)
     except OSError as err:
@@ -821,6 +853,7 @@ def _write_outputs(stack, out, overrides, region, mocks, urns, outputs, node_fil
         "overrides": list(overrides),
         "resources": resources,
         "outputs": outputs,
+        "warnings": warning_lines(mocks),
     }
 
     out.mkdir(parents=True, exist_ok=True)
@@ -898,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = summary(plan, args.out)
     except InputError as err:
         for line in err.lines:
-            print(line, file=sys.stderr)
+            print(one_line(line), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -906,12 +939,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback on request
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
-        text = " ".join(str(err).split())
+        text = one_line(" ".join(str(err).split()))
         print(
             f"internal error: {type(err).__name__}: {text[:500]}; rerun with {DEBUG_ENV}=1 for the traceback",
             file=sys.stderr,
         )
         return 1
+    for line in plan["warnings"]:
+        print(line, file=sys.stderr)
     for line in lines:
         print(line)
     return 0

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pulumi
 
 from model import config as model_config
 from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ROOT, ClusterConfig, ConfigError, parse_config
+
+# C0 controls and DEL (and the line/paragraph separators that split lines too).
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
@@ -18,6 +22,17 @@ def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
     """
     rules = getattr(model_config, "config_warnings", None)
     return list(rules(cfg)) if rules is not None else []
+
+
+def refusal(err: ConfigError) -> pulumi.RunError:
+    """One line per problem: a value echoed in a message (a newline in a tag, a NUL)
+    must not break the line or the terminal, so control characters are escaped."""
+    return pulumi.RunError("\n".join(one_line(f"{p}: {m}") for p, m in err.problems))
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters and line separators escaped (`\\n`, `\\x00`)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def load_config() -> ClusterConfig:
@@ -32,7 +47,7 @@ def load_config() -> ClusterConfig:
     try:
         cfg = parse_config(raw)
     except ConfigError as err:
-        raise pulumi.RunError(str(err)) from None
+        raise refusal(err) from None
     for path, message in config_warnings(cfg):
         pulumi.log.warn(f"{path}: {message}")
     return cfg
@@ -59,7 +74,7 @@ def run(now: datetime | None = None):
     try:
         return build(cfg, aws_region(), now)
     except ConfigError as err:
-        raise pulumi.RunError(str(err)) from None
+        raise refusal(err) from None
 
 
 def main(now: datetime | None = None) -> None:
