@@ -25,7 +25,7 @@ from infra.plan import main
 from model.config import ROOT, ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parent.parent
-SEED = 20261201
+FUZZ_SEED = 20261201
 CASES = 300
 # A case the config accepts renders the whole plan (~0.35 s of CPU); the first ones do, the
 # rest stop at parse_config, which keeps the test well under 20 s.
@@ -134,7 +134,7 @@ def _damage_text(rng: random.Random, text: str) -> tuple[str, str]:
 
 
 def _cases():
-    rng = random.Random(SEED)
+    rng = random.Random(FUZZ_SEED)
     docs = {s: yaml.safe_load((REPO / f"Pulumi.{s}.yaml").read_text()) for s in ("dev", "prod")}
     for n in range(CASES):
         stack = rng.choice(sorted(docs))
@@ -150,7 +150,7 @@ def _cases():
 def test_fuzzed_stack_files_never_crash(tmp_path, capsys):
     renders = rendered_ok = refused = 0
     for n, stack, doc, text, what in _cases():
-        case = f"case {n} ({stack}; seed {SEED}): {what}"
+        case = f"case {n} ({stack}, random.Random({FUZZ_SEED})): {what}"
         raw = doc["config"].get(ROOT) if isinstance(doc.get("config"), dict) else None
         accepted = False
         try:
