@@ -15,6 +15,7 @@ cannot see a block must not say the block is fine.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pulumi
@@ -41,9 +42,51 @@ _ROUTE_TARGETS = (
 )
 
 
+# How the provider words a lookup that failed, as the engine hands it to the program
+# (the SDK raises it as an exception the program can catch): EC2 error codes and the
+# AWS provider's "not found" phrasings for its data sources.
+_DENIED = re.compile(r"UnauthorizedOperation|AccessDenied|not authorized to perform|StatusCode: 403", re.IGNORECASE)
+_NOT_FOUND = re.compile(
+    r"no matching|\.NotFound\b|couldn't find resource|does not exist|returned no results", re.IGNORECASE
+)
+# The SDK's and the engine's wrapping around the provider's own message.
+_NOISE = re.compile(
+    r"invoke of \S+ failed: |invocation of \S+ returned an error: |invoking \S+: |\d+ errors? occurred:\s*\*?\s*"
+)
+
+
+class LookupFailed(Exception):
+    """A provider lookup that failed: `kind` is denied, not_found or failed."""
+
+    def __init__(self, kind: str, why: str):
+        super().__init__(why)
+        self.kind = kind
+        self.why = why
+
+
 def _why(err: Exception) -> str:
-    text = " ".join(str(err).split())
+    text = " ".join(_NOISE.sub("", str(err)).split()).rstrip(" ;:")
     return text[:300] + ("..." if len(text) > 300 else "")
+
+
+def _lookup(fn, *args, **kwargs):
+    """`fn(...)`; any provider error becomes LookupFailed (the caller knows its path)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - every provider error is reported at its config path
+        why = _why(err)
+        kind = "denied" if _DENIED.search(why) else "not_found" if _NOT_FOUND.search(why) else "failed"
+        raise LookupFailed(kind, why) from None
+
+
+def _cannot(what: str, region: str, failure: LookupFailed, actions: str, fix: str) -> str:
+    """The message for a lookup that failed for another reason than "no such thing"."""
+    if failure.kind == "denied":
+        return (
+            f"could not read {what} in {region}: access denied ({failure.why}); the identity that runs "
+            f"pulumi needs {actions}: grant it, or run with credentials that have it"
+        )
+    return f"could not read {what} in {region}: {failure.why}; {fix}"
 
 
 def _datetime(value: str | None) -> datetime | None:
@@ -51,7 +94,16 @@ def _datetime(value: str | None) -> datetime | None:
 
 
 def block_facts(reservation_id: str) -> BlockFacts:
-    found = aws.ec2.get_capacity_block_reservation(id=reservation_id)
+    try:
+        found = _lookup(aws.ec2.get_capacity_block_reservation, id=reservation_id)
+    except LookupFailed as failure:
+        if failure.kind == "not_found":
+            return BlockFacts(reservation_id=reservation_id, found=False)
+        raise
+    try:
+        start, end = _datetime(found.start_date), _datetime(found.end_date)
+    except (TypeError, ValueError) as err:
+        raise LookupFailed("failed", f"EC2 gave dates that do not parse ({err})") from None
     return BlockFacts(
         reservation_id=reservation_id,
         found=True,
@@ -60,8 +112,8 @@ def block_facts(reservation_id: str) -> BlockFacts:
         instance_type=found.instance_type or "",
         availability_zone=found.availability_zone or "",
         total_instance_count=int(found.instance_count or 0),
-        start=_datetime(found.start_date),
-        end=_datetime(found.end_date),
+        start=start,
+        end=end,
     )
 
 
@@ -75,15 +127,37 @@ def default_route_target(routes) -> str | None:
     return None
 
 
-def subnet_facts(subnet_id: str) -> SubnetFacts:
-    subnet = aws.ec2.get_subnet(id=subnet_id)
+def subnet_facts(subnet_id: str, region: str) -> tuple[SubnetFacts | None, list[str]]:
+    """(facts, messages for network.subnet_id). An id EC2 does not know is found=False,
+    worded by model.preflight as `ops preflight` words it; a lookup that could not be
+    made is a message naming the permission or the fix."""
+    retry = "check the id, aws:region and your AWS credentials, then run again"
     try:
-        table = aws.ec2.get_route_table(subnet_id=subnet_id)
-    except Exception:  # noqa: BLE001 - no explicit association: the VPC's main table applies
-        table = aws.ec2.get_route_table(
-            vpc_id=subnet.vpc_id, filters=[aws.ec2.GetRouteTableFilterArgs(name="association.main", values=["true"])]
-        )
-    vpc = aws.ec2.get_vpc(id=subnet.vpc_id)
+        subnet = _lookup(aws.ec2.get_subnet, id=subnet_id)
+    except LookupFailed as failure:
+        if failure.kind == "not_found":
+            return SubnetFacts(subnet_id=subnet_id, found=False), []
+        return None, [_cannot(f"subnet {subnet_id}", region, failure, "ec2:DescribeSubnets", retry)]
+    try:
+        table = _lookup(aws.ec2.get_route_table, subnet_id=subnet_id)
+    except LookupFailed as failure:
+        if failure.kind != "not_found":
+            return None, [_cannot(f"the route table of {subnet_id}", region, failure, "ec2:DescribeRouteTables", retry)]
+        # No explicit association: the VPC's main route table applies.
+        try:
+            table = _lookup(
+                aws.ec2.get_route_table,
+                vpc_id=subnet.vpc_id,
+                filters=[aws.ec2.GetRouteTableFilterArgs(name="association.main", values=["true"])],
+            )
+        except LookupFailed as main_failure:
+            what = f"the main route table of {subnet.vpc_id} (which {subnet_id} uses)"
+            return None, [_cannot(what, region, main_failure, "ec2:DescribeRouteTables", retry)]
+    try:
+        vpc = _lookup(aws.ec2.get_vpc, id=subnet.vpc_id)
+    except LookupFailed as failure:
+        what = f"{subnet.vpc_id} (the VPC of {subnet_id})"
+        return None, [_cannot(what, region, failure, "ec2:DescribeVpcs and ec2:DescribeVpcAttribute", retry)]
     return SubnetFacts(
         subnet_id=subnet_id,
         found=True,
@@ -91,25 +165,27 @@ def subnet_facts(subnet_id: str) -> SubnetFacts:
         vpc_id=subnet.vpc_id,
         default_route_target=default_route_target(table.routes),
         vpc_dns_support=bool(vpc.enable_dns_support),
-    )
+    ), []
 
 
 def image_problems(ami_id: str, region: str) -> list[tuple[str, str]]:
     """The pinned AMI exists here and is not an Ubuntu 22.04 image (Slurm 21.08: no
     dynamic nodes). Deprecated AMIs still launch by id, so they are looked up too."""
     path = f"{ROOT}.image.ami_id"
+    pin = (
+        f"AMI ids are per region: pin the id the DLAMI parameter gives in {region} "
+        "(`python3 -m ops pin --stack <stack> --image`)"
+    )
     try:
-        ami = aws.ec2.get_ami(
-            filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])], include_deprecated=True
+        ami = _lookup(
+            aws.ec2.get_ami,
+            filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])],
+            include_deprecated=True,
         )
-    except Exception as err:  # noqa: BLE001
-        return [
-            (
-                path,
-                f"could not find {ami_id} in {region}: {_why(err)}; AMI ids are per region: pin the id "
-                "the DLAMI parameter gives in this region",
-            )
-        ]
+    except LookupFailed as failure:
+        if failure.kind == "not_found":
+            return [(path, f"{ami_id} does not exist in {region} or is not shared with this account; {pin}")]
+        return [(path, _cannot(f"image {ami_id}", region, failure, "ec2:DescribeImages", f"check the id; {pin}"))]
     why = image_refusal(ami_id, ami.name or "", ami.description or "", ami.architecture or "")
     return [(path, why)] if why else []
 
@@ -118,34 +194,41 @@ def gather(cfg: ClusterConfig, region: str, now: datetime) -> PreflightFacts:
     errors: list[tuple[str, str]] = []
     zones = None
     try:
-        zones = tuple(aws.get_availability_zones(state="available").names)
-    except Exception as err:  # noqa: BLE001 - reported at the path it was for
-        errors.append((f"{ROOT}.network.availability_zone", f"could not list the zones of {region}: {_why(err)}"))
+        zones = tuple(_lookup(aws.get_availability_zones, state="available").names or ())
+    except LookupFailed as failure:
+        errors.append(
+            (
+                f"{ROOT}.network.availability_zone",
+                _cannot(
+                    "the availability zones",
+                    region,
+                    failure,
+                    "ec2:DescribeAvailabilityZones",
+                    "check aws:region (a region name such as us-east-2) and your AWS credentials",
+                ),
+            )
+        )
     blocks: dict[str, BlockFacts] = {}
     for i, b in enumerate(cfg.capacity.capacity_blocks):
         try:
             blocks[b.reservation_id] = block_facts(b.reservation_id)
-        except Exception as err:  # noqa: BLE001
+        except LookupFailed as failure:
             errors.append(
                 (
                     f"{ROOT}.capacity.capacity_blocks[{i}].reservation_id",
-                    f"could not read Capacity Block {b.reservation_id} in {region}: {_why(err)}; check the "
-                    "id and aws:region (`python3 -m ops find-blocks` lists and buys blocks)",
+                    _cannot(
+                        f"Capacity Block {b.reservation_id}",
+                        region,
+                        failure,
+                        "ec2:DescribeCapacityReservations",
+                        "check the id and aws:region (`python3 -m ops find-blocks` lists and buys blocks)",
+                    ),
                 )
             )
     subnet = None
     if cfg.network.subnet_id:
-        try:
-            subnet = subnet_facts(cfg.network.subnet_id)
-        except Exception as err:  # noqa: BLE001
-            errors.append(
-                (
-                    f"{ROOT}.network.subnet_id",
-                    f"could not read subnet {cfg.network.subnet_id} in {region}, "
-                    f"its route table or its VPC: {_why(err)}; check the id and "
-                    "aws:region, or omit subnet_id to create a VPC",
-                )
-            )
+        subnet, messages = subnet_facts(cfg.network.subnet_id, region)
+        errors += [(f"{ROOT}.network.subnet_id", m) for m in messages]
     return PreflightFacts(
         region=region, now=now, region_zones=zones, blocks=blocks, subnet=subnet, lookup_errors=tuple(errors)
     )

@@ -2,31 +2,60 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pulumi
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, config_warnings, parse_config
+from model.config import (
+    CONFIG_KEY,
+    CONFIG_NAMESPACE,
+    ROOT,
+    ClusterConfig,
+    ConfigError,
+    config_warnings,
+    parse_config,
+)
 from model.registries import stack_secret_key
 
 # Where Pulumi.yaml and the stack files are: relative paths in the config (the
 # on-node-ready hook) are read from here, wherever the program is run from.
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+# C0 controls and DEL (and the line/paragraph separators that split lines too).
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def refusal(err: ConfigError) -> pulumi.RunError:
+    """One line per problem: a value echoed in a message (a newline in a tag, a NUL)
+    must not break the line or the terminal, so control characters are escaped."""
+    return pulumi.RunError("\n".join(one_line(f"{p}: {m}") for p, m in err.problems))
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters and line separators escaped (`\\n`, `\\x00`)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def load_config() -> ClusterConfig:
     """The parsed config of this stack: `name` defaults to the stack name, the AZs are
     checked against `aws:region` (when set), and accepted-but-odd settings are logged
     as warnings (`pulumi preview` shows them)."""
-    raw = pulumi.Config(CONFIG_NAMESPACE).get_object(CONFIG_KEY)
+    try:
+        raw = pulumi.Config(CONFIG_NAMESPACE).get_object(CONFIG_KEY)
+    except pulumi.ConfigTypeError:
+        # Pulumi's own message quotes the value, which may be a decrypted secret.
+        raise pulumi.RunError(
+            f"{ROOT}: not a JSON object; set keys with `pulumi config set --path 'cluster.<key>' <value>` "
+            "or write the object under config: in Pulumi.<stack>.yaml"
+        ) from None
     region = pulumi.Config("aws").get("region")
     try:
         cfg = parse_config(raw, stack=pulumi.get_stack(), region=region or None, base_dir=PROJECT_DIR)
     except ConfigError as err:
-        raise pulumi.RunError(str(err)) from None
+        raise refusal(err) from None
     for path, message in config_warnings(cfg):
-        pulumi.log.warn(f"{path}: {message}")
+        pulumi.log.warn(one_line(f"{path}: {message}"))
     return cfg
 
 
@@ -85,7 +114,7 @@ def run(now: datetime | None = None, allow_example_values: bool = False):
     try:
         return build(cfg, aws_region(), now, registry_passwords(cfg), allow_example_values)
     except ConfigError as err:
-        raise pulumi.RunError(str(err)) from None
+        raise refusal(err) from None
 
 
 def main(now: datetime | None = None) -> None:

@@ -359,8 +359,11 @@ def test_preflight_reports_every_problem_before_any_resource():
 def test_preflight_unknown_block_is_a_problem_at_its_id():
     raw = valid_raw()
     (line,) = refusal(raw, _mocks(raw, blocks={}))
-    assert line.startswith(
-        f"{R}.capacity.capacity_blocks[0].reservation_id: could not read Capacity Block {CR_A} in us-east-2: "
+    # The provider's "couldn't find resource" is a block EC2 does not know: the words of
+    # `ops preflight` (model.preflight), not a failed lookup.
+    assert line == (
+        f"{R}.capacity.capacity_blocks[0].reservation_id: {CR_A} does not exist in this account in us-east-2; "
+        "check the id and aws:region, or run `python3 -m ops find-blocks` to find and buy one"
     )
 
 

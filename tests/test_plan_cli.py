@@ -196,3 +196,58 @@ def test_unknown_key_exits_with_path_line(tmp_path, capsys):
 )
 def test_apply_override(assignment, expected):
     assert apply_override({"a": {}, "x": [{"y": 1}]}, assignment) == expected
+
+
+@pytest.mark.parametrize(
+    "assignment,expected",
+    [
+        # The paths of `pulumi config set --path`, with or without the key's own name.
+        ("x[0].y=2", {"x": [{"y": 2}], "t": {}}),
+        ("cluster.x[0].y=2", {"x": [{"y": 2}], "t": {}}),
+        ("gpu-cluster:cluster.x[0].y=2", {"x": [{"y": 2}], "t": {}}),
+        ('["x"][0]["y"]=2', {"x": [{"y": 2}], "t": {}}),
+        ('t["team.name"]=ml', {"x": [{"y": 1}], "t": {"team.name": "ml"}}),
+        ('t["say \\"hi\\""]=1', {"x": [{"y": 1}], "t": {'say "hi"': 1}}),
+        # Index == length appends (as Pulumi); missing maps and lists are created.
+        ("x[1].y=3", {"x": [{"y": 1}, {"y": 3}], "t": {}}),
+        ("new.list[0]=a", {"x": [{"y": 1}], "t": {}, "new": {"list": ["a"]}}),
+        # Values as Pulumi stores them: booleans, whole numbers, everything else text.
+        ("t.a=true", {"x": [{"y": 1}], "t": {"a": True}}),
+        ("t.a=-4", {"x": [{"y": 1}], "t": {"a": -4}}),
+        ("t.a=2.15", {"x": [{"y": 1}], "t": {"a": "2.15"}}),
+        ("t.a=007", {"x": [{"y": 1}], "t": {"a": "007"}}),
+        ("t.a=yes", {"x": [{"y": 1}], "t": {"a": "yes"}}),
+        ("t.a=null", {"x": [{"y": 1}], "t": {"a": "null"}}),
+        ("t.a=12:30", {"x": [{"y": 1}], "t": {"a": "12:30"}}),
+        ("t.a=", {"x": [{"y": 1}], "t": {"a": ""}}),
+        ("t.a=b=c", {"x": [{"y": 1}], "t": {"a": "b=c"}}),
+        # The extension: YAML flow for lists, mappings and quoted strings.
+        ("t.a=[1, two]", {"x": [{"y": 1}], "t": {"a": [1, "two"]}}),
+        ("t={k: v}", {"x": [{"y": 1}], "t": {"k": "v"}}),
+        ("t.a='123'", {"x": [{"y": 1}], "t": {"a": "123"}}),
+    ],
+)
+def test_set_paths_and_values_as_pulumi(assignment, expected):
+    assert apply_override({"x": [{"y": 1}], "t": {}}, assignment) == expected
+
+
+def test_set_with_the_pulumi_path_syntax_renders(tmp_path, capsys):
+    """The README's `pulumi config set --path` paths work as they are in --set."""
+    assert (
+        _render_here(
+            tmp_path,
+            "--set",
+            "gpu-cluster:cluster.capacity.capacity_blocks[0].instance_count=4",
+            "--set",
+            "cluster.capacity.nodes=4",
+            "--set",
+            'tags["team.name"]=ml',
+        )
+        == 0
+    )
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    out = next(r for r in plan["resources"] if r["name"] == "dev-block-a-scale-out")
+    assert out["inputs"]["desiredCapacity"] == 3
+    lt = next(r for r in plan["resources"] if r["name"] == "dev-lt")
+    assert lt["inputs"]["tags"]["team.name"] == "ml"
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path}/plan.json: ")

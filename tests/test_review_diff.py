@@ -271,7 +271,12 @@ def test_make_diff_interface():
     )
     assert proc.stdout.strip().endswith("-m infra.review --base origin/main --format markdown --out build/review.md")
     proc = subprocess.run(
-        ["make", "--no-print-directory", "-n", "diff", "BASE=main"], cwd=REPO, capture_output=True, text=True, check=True, env=os.environ
+        ["make", "--no-print-directory", "-n", "diff", "BASE=main"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ,
     )
     assert proc.stdout.strip().endswith("-m infra.review --base main --format text")
 
