@@ -92,9 +92,8 @@ def _hex(name: str, n: int = 17) -> str:
 
 # How the engine hands a secret input to the mocks: {SIG_KEY: SECRET_SIG, "value": ...}.
 _SIG_KEY, _SECRET_SIG = rpc._special_sig_key, rpc._special_secret_sig
-SECRET_PLACEHOLDER = "[secret]"
-# Stack secrets the plan cannot decrypt (a stack file's `secure:` values) run as this.
-PLAN_SECRET_VALUE = "plan-placeholder-not-a-real-secret"
+# How plan.json shows a secret input (as `pulumi preview` does).
+SECRET_SHOWN = "[secret]"
 
 
 def _plain(value: Any) -> Any:
@@ -103,7 +102,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict) and value.get(_SIG_KEY) == _SECRET_SIG:
-        return SECRET_PLACEHOLDER
+        return SECRET_SHOWN
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -418,6 +417,8 @@ def run_under_mocks(
 # AWS's tag-value character set, so a secret tag value does not trip a tag rule) and
 # never copies the ciphertext anywhere.
 SECRET_PLACEHOLDER = "secret-not-decrypted"
+# Stack secrets outside the cluster object (`gpu-cluster:registry_password_*`) run as the same.
+PLAN_SECRET_VALUE = SECRET_PLACEHOLDER
 # Pulumi stack names: letters, digits, '-', '_' and '.'; also keeps `--stack` inside
 # the repository (it becomes a file name).
 _STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")

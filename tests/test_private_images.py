@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.iam import registry_read_policy
-from infra.plan import SECRET_PLACEHOLDER
+from infra.plan import SECRET_SHOWN
 from model.config import ConfigError, ContainersConfig, parse_config
 from model.registries import registry_access
 from tests.mocks import REGION, run_program, valid_raw
@@ -294,7 +294,7 @@ def test_stack_secret_becomes_one_secure_parameter():
     assert params[0]["inputs"] == {
         "name": "/gpu-cluster/t1/registry/ngc",
         "type": "SecureString",
-        "value": SECRET_PLACEHOLDER,
+        "value": SECRET_SHOWN,
         "description": "gpu-cluster t1: registry login from stack secret ngc",
         "tags": {"GpuClusterName": "t1", "team": "ml"},
     }
