@@ -19,6 +19,10 @@ backups kept `fsx.backup_retention_days` (default 7; 0 only with
 provider skips it unless told otherwise [TF-FSX]); tags copied to backups so a backup
 says which cluster it belongs to. SCRATCH types have no backups at all [FSX-SCRATCH]:
 no retention, no final backup (FSx would refuse the delete), and no protect by default.
+A PERSISTENT file system linked to S3 (`fsx.data_repository`) takes no backups either
+[FSX-CREATEBACKUP]: the config refuses a retention for it, and it skips the final
+backup FSx cannot take of it; the bucket is the durable copy, named in the
+`GpuClusterDataRepository` tag. It stays protected.
 Which edits replace the file system, and how they are refused: model/fsx_identity.py.
 """
 
@@ -30,8 +34,9 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.component import Component
+from model import tags as node_tags
 from model.config import FsxConfig
-from model.fsx_identity import COPY_TAGS_TO_BACKUPS, LUSTRE_VERSION, STORAGE_TYPE
+from model.fsx_identity import LUSTRE_VERSION, STORAGE_TYPE, copy_tags_to_backups, import_path
 
 # UTC, HH:MM: 03:00 is outside the 11:30 UTC block changes and, for most regions, outside
 # working hours; the backup window is 30 minutes long.
@@ -65,7 +70,14 @@ class FileSystem(Component):
         repo = cfg.data_repository
         # PERSISTENT_1 and SCRATCH_2 link S3 through import/export paths on the file
         # system itself; PERSISTENT_2 only through a data repository association.
-        legacy_link = repo is not None and cfg.deployment_type in ("PERSISTENT_1", "SCRATCH_2")
+        s3_path = import_path(cfg)
+        # 0 rather than None on a linked PERSISTENT type: an explicit 0 turns off
+        # backups an earlier, unlinked config asked for [FSX-CREATEFS-LUSTRE]; None would
+        # leave them as they are. The config refuses anything else for it.
+        retention = (cfg.backup_retention_days if cfg.backed_up else 0) if persistent else None
+        tags = {**args.tags, "Name": f"{args.cluster_name}-fsx"}
+        if repo is not None:
+            tags[node_tags.DATA_REPOSITORY] = "s3://" + repo.s3_uri.removeprefix("s3://").split("/")[0]
         fs = aws.fsx.LustreFileSystem(
             f"{name}-lustre",
             deployment_type=cfg.deployment_type,
@@ -76,14 +88,16 @@ class FileSystem(Component):
             security_group_ids=[args.security_group_id],
             data_compression_type="LZ4",
             file_system_type_version=LUSTRE_VERSION,
-            import_path=repo.s3_uri if legacy_link else None,
-            export_path=repo.s3_uri if legacy_link else None,
-            auto_import_policy="NEW_CHANGED_DELETED" if legacy_link else None,
-            automatic_backup_retention_days=cfg.backup_retention_days if persistent else None,
-            daily_automatic_backup_start_time=DAILY_BACKUP_START if persistent and cfg.backup_retention_days else None,
-            copy_tags_to_backups=COPY_TAGS_TO_BACKUPS if persistent else None,
-            skip_final_backup=not persistent,
-            tags={**args.tags, "Name": f"{args.cluster_name}-fsx"},
+            import_path=s3_path,
+            export_path=s3_path,
+            auto_import_policy="NEW_CHANGED_DELETED" if s3_path else None,
+            automatic_backup_retention_days=retention,
+            daily_automatic_backup_start_time=DAILY_BACKUP_START if retention else None,
+            copy_tags_to_backups=copy_tags_to_backups(cfg) or None,
+            # FSx takes a final backup only of a persistent file system not linked to
+            # S3; backups cannot be enabled on a linked one [FSX-DELETE-API].
+            skip_final_backup=not cfg.backed_up,
+            tags=tags,
             opts=pulumi.ResourceOptions(parent=self, protect=self.protected),
         )
         if repo is not None and cfg.deployment_type == "PERSISTENT_2":

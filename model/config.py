@@ -271,7 +271,10 @@ class FsxConfig(Strict):
     deployment_type: FsxDeployment = Field("PERSISTENT_2", description="FSx for Lustre deployment type.")
     storage_capacity_gib: int = Field(1200, description="Storage capacity, GiB (1200, 2400, then type's increment).")
     per_unit_storage_throughput: int | None = Field(250, description="MB/s/TiB; PERSISTENT types only.")
-    data_repository: DataRepository | None = Field(None, description="Optional S3 data repository.")
+    data_repository: DataRepository | None = Field(
+        None,
+        description="Optional S3 data repository; FSx then takes no backups (needs backup_retention_days: 0, allow_no_backups: true).",
+    )
     protect: bool | None = Field(
         None,
         description="Pulumi `protect`: a preview that would delete or replace the file system fails (default: true for PERSISTENT types).",
@@ -280,9 +283,12 @@ class FsxConfig(Strict):
         7,
         ge=0,
         le=MAX_BACKUP_RETENTION_DAYS,
-        description="Automatic daily backups kept, days (PERSISTENT types; 0 needs allow_no_backups).",
+        description="Automatic daily backups kept, days (PERSISTENT types not linked to S3; 0 needs allow_no_backups).",
     )
-    allow_no_backups: bool = Field(False, description="Opt-out that lets backup_retention_days be 0.")
+    allow_no_backups: bool = Field(
+        False,
+        description="Opt-out that lets backup_retention_days be 0 (required with data_repository: FSx backs up no file system linked to S3).",
+    )
     allow_replace: bool = Field(
         False, description="Let an edit of a pinned value replace the file system (its data is lost)."
     )
@@ -297,6 +303,12 @@ class FsxConfig(Strict):
     @property
     def protected(self) -> bool:
         return self.persistent if self.protect is None else self.protect
+
+    @property
+    def backed_up(self) -> bool:
+        """FSx backs up only persistent file systems that are not linked to S3
+        [FSX-SCRATCH] [FSX-CREATEBACKUP]; a linked one relies on its bucket."""
+        return self.persistent and self.data_repository is None
 
 
 class ImageConfig(Strict):
@@ -1076,11 +1088,28 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
         problems.append((p("capacity", "block_end_margin_minutes"), "only used with Capacity Blocks; remove it"))
 
     if fsx.persistent:
-        if fsx.backup_retention_days == 0 and not fsx.allow_no_backups:
+        linked = fsx.data_repository is not None
+        if linked and fsx.backup_retention_days > 0:
+            # AWS takes no automatic, user or final backup of a linked file system
+            # [FSX-CREATEBACKUP]: asking for them fails at AWS after FSx exists.
+            default = "" if "backup_retention_days" in fsx.model_fields_set else " (the default)"
             problems.append(
                 (
                     p("fsx", "backup_retention_days"),
-                    "0 turns automatic backups off: a deleted or replaced file system cannot be restored; use 1-90, or add fsx.allow_no_backups: true to accept that",
+                    f"{fsx.backup_retention_days} days{default} asks for backups, but FSx backs up no file system "
+                    "linked to S3 (fsx.data_repository is set), so AWS would fail its backups, or the create or "
+                    "delete that asks for them; the bucket is the durable copy: set backup_retention_days: 0 and allow_no_backups: true, "
+                    "or remove data_repository to keep FSx backups",
+                )
+            )
+        elif fsx.backup_retention_days == 0 and not fsx.allow_no_backups:
+            problems.append(
+                (
+                    p("fsx", "backup_retention_days"),
+                    "0 is right for a file system linked to S3 (FSx backs those up not at all; the bucket is the "
+                    "durable copy): add fsx.allow_no_backups: true to accept that"
+                    if linked
+                    else "0 turns automatic backups off: a deleted or replaced file system cannot be restored; use 1-90, or add fsx.allow_no_backups: true to accept that",
                 )
             )
         elif fsx.allow_no_backups and fsx.backup_retention_days > 0:
@@ -1164,6 +1193,11 @@ def _tag_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
             problem = (
                 f"tag key '{key}' is one the program sets on every node (the node reads it at boot, "
                 "docs/node-contract.md); rename yours"
+            )
+        if problem is None and key == node_tags.DATA_REPOSITORY:
+            problem = (
+                f"tag key '{key}' is one the program sets on a file system linked to S3 (the policy pack "
+                "exempts that file system from the final-backup check by it); rename yours"
             )
         if problem is None:
             problem = aws_rules.tag_value_problem(key, value)

@@ -20,7 +20,7 @@ less specific message.
 
 from __future__ import annotations
 
-from model.config import ROOT, ClusterConfig, FsxIdentity
+from model.config import ROOT, ClusterConfig, FsxConfig, FsxIdentity
 
 LUSTRE_VERSION = "2.15"  # what the Ubuntu 24.04 Lustre client packages speak
 STORAGE_TYPE = "SSD"
@@ -34,13 +34,24 @@ def subnet_source(cfg: ClusterConfig) -> str:
     return net.subnet_id or f"created:{net.availability_zone}:{net.vpc_cidr}"
 
 
-def s3_import_path(cfg: ClusterConfig) -> str | None:
+def import_path(fsx: FsxConfig) -> str | None:
     """The S3 link set on the file system itself (PERSISTENT_1, SCRATCH_2); PERSISTENT_2
     links through a data repository association, which can change without replacement."""
-    repo = cfg.fsx.data_repository
-    if repo is not None and cfg.fsx.deployment_type in ("PERSISTENT_1", "SCRATCH_2"):
+    repo = fsx.data_repository
+    if repo is not None and fsx.deployment_type in ("PERSISTENT_1", "SCRATCH_2"):
         return repo.s3_uri
     return None
+
+
+def copy_tags_to_backups(fsx: FsxConfig) -> bool:
+    """Whether the file system is created copying its tags to backups. SCRATCH types
+    have no backups. FSx does not accept the flag on a file system created linked to a
+    data repository [FSX-CREATEFS-LUSTRE], so a PERSISTENT_1 with an import path goes
+    without. A PERSISTENT_2 keeps it even when linked: it is created before its data
+    repository association, and the flag is fixed at creation while the association
+    comes and goes in place, so linking or unlinking S3 must not change it (that would
+    replace the file system). It does nothing while linked: FSx takes no backups then."""
+    return COPY_TAGS_TO_BACKUPS and fsx.persistent and import_path(fsx) is None
 
 
 def fsx_identity(cfg: ClusterConfig) -> FsxIdentity:
@@ -52,8 +63,8 @@ def fsx_identity(cfg: ClusterConfig) -> FsxIdentity:
         file_system_type_version=LUSTRE_VERSION,
         subnet=subnet_source(cfg),
         storage_capacity_gib=cfg.fsx.storage_capacity_gib,
-        copy_tags_to_backups=COPY_TAGS_TO_BACKUPS and cfg.fsx.persistent,
-        s3_import_path=s3_import_path(cfg),
+        copy_tags_to_backups=copy_tags_to_backups(cfg.fsx),
+        s3_import_path=import_path(cfg.fsx),
     )
 
 
@@ -88,6 +99,10 @@ def replacement_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
     replaced = [
         f for f in FsxIdentity.model_fields if _replaces(f, getattr(pinned, f), getattr(now, f), now.deployment_type)
     ]
+    if "s3_import_path" in replaced and "copy_tags_to_backups" in replaced:
+        # Linking or unlinking an import path flips copy_tags_to_backups with it: one
+        # edit (fsx.data_repository), one refusal, not a second one at the pin.
+        replaced.remove("copy_tags_to_backups")
     if cfg.fsx.allow_replace:
         if replaced:
             return []

@@ -18,6 +18,12 @@ BLOCK = "GpuClusterBlock"  # capacity block name, or ON_DEMAND
 # controller reserves the block's nodes from end minus the margin (lib/block-end.sh).
 BLOCK_END = "GpuClusterBlockEnd"
 
+# On the FSx file system, not on instances: the S3 bucket a linked file system relies on
+# instead of FSx backups (`s3://<bucket>`), present only when it is linked. The policy
+# pack (`fsx-protected`) reads it, since a PERSISTENT_2 links through a separate data
+# repository association that a per-resource rule cannot see.
+DATA_REPOSITORY = "GpuClusterDataRepository"
+
 ON_DEMAND = "on-demand"
 ROLES = ("controller", "worker")
 

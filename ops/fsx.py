@@ -51,7 +51,8 @@ LIVE_FIELDS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "file_system_type_version": lambda fs: fs.get("FileSystemTypeVersion", ""),
     "subnet": lambda fs: fs["SubnetIds"][0],
     "storage_capacity_gib": lambda fs: fs["StorageCapacity"],
-    # Absent on SCRATCH types, which have no backups: false, as fsx_identity() gives.
+    # Absent on SCRATCH types, which have no backups, and false on a file system created
+    # linked to S3 (PERSISTENT_1 import path): false, as fsx_identity() gives.
     "copy_tags_to_backups": lambda fs: bool(_lustre(fs).get("CopyTagsToBackups", False)),
     "s3_import_path": _s3_import_path,
 }

@@ -103,7 +103,14 @@ def fsx_protected(resource_type: str, props: Mapping[str, Any], protect: bool = 
     """A PERSISTENT file system holds the only copy of checkpoints and Slurm state: it is
     `protect`ed (a preview that deletes or replaces it fails) and keeps its final backup
     on delete. SCRATCH types take no backups at all and FSx refuses a final backup for
-    them [FSX-SCRATCH], so they are disposable by design and not checked."""
+    them [FSX-SCRATCH], so they are disposable by design and not checked.
+
+    A PERSISTENT file system linked to S3 takes no backups either [FSX-CREATEBACKUP]:
+    its bucket is the durable copy, so it is still protected but skips the final backup
+    and must not ask for automatic ones. The rule sees one resource, so "linked" is what
+    that resource shows: an `import_path` (PERSISTENT_1), or the program's
+    `GpuClusterDataRepository` tag (PERSISTENT_2 links through a separate data
+    repository association; the config refuses that tag key among user tags)."""
     if resource_type != FSX:
         return []
     deployment = str(get(props, "deploymentType") or "")
@@ -115,7 +122,16 @@ def fsx_protected(resource_type: str, props: Mapping[str, Any], protect: bool = 
             f"FSx for Lustre ({deployment}) is not protected: set `fsx.protect: true` (the default) "
             "so that no preview can delete or replace /fsx"
         )
-    if get(props, "skipFinalBackup") in (True, "true"):
+    linked = bool(get(props, "importPath")) or node_tags.DATA_REPOSITORY in _tag_keys(get(props, "tags"))[0]
+    if linked:
+        retention = get(props, "automaticBackupRetentionDays")
+        if retention not in (None, 0, "0"):
+            out.append(
+                f"FSx for Lustre ({deployment}) is linked to S3 and asks for {retention} days of automatic "
+                "backups, which FSx does not take of a linked file system: set fsx.backup_retention_days: 0 "
+                "and fsx.allow_no_backups: true"
+            )
+    elif get(props, "skipFinalBackup") in (True, "true"):
         out.append(f"FSx for Lustre ({deployment}) skips its final backup on delete: set skip_final_backup=False")
     return out
 
@@ -220,7 +236,11 @@ class Rule:
 
 
 RULES: Sequence[Rule] = (
-    Rule("fsx-protected", "FSx for Lustre (PERSISTENT) is protected and keeps a final backup.", fsx_protected),
+    Rule(
+        "fsx-protected",
+        "FSx for Lustre (PERSISTENT) is protected and keeps a final backup (unless linked to S3).",
+        fsx_protected,
+    ),
     Rule("imdsv2-required", "Launch templates and instances require IMDSv2 session tokens.", imdsv2_required),
     Rule("no-open-ingress", "No security group ingress from 0.0.0.0/0 or ::/0.", no_open_ingress),
     Rule(

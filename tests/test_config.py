@@ -369,3 +369,68 @@ def test_data_safety_defaults():
     raw["fsx"] = {"backup_retention_days": 0, "allow_no_backups": True, "protect": False}
     cfg = parse_config(raw)
     assert (cfg.fsx.backup_retention_days, cfg.fsx.protected) == (0, False)
+
+
+# A file system linked to S3 takes no FSx backups [FSX-CREATEBACKUP]: the bucket is the
+# durable copy, so a retention (the default 7 included) is refused up front rather than
+# failing at AWS after the file system exists.
+_LINK = {"s3_uri": "s3://my-training-data/datasets"}
+_LINKED_FIX = (
+    "FSx backs up no file system linked to S3 (fsx.data_repository is set), so AWS would fail its backups, "
+    "or the create or delete that asks for them; the bucket is the durable copy: set backup_retention_days: 0 and allow_no_backups: true, "
+    "or remove data_repository to keep FSx backups"
+)
+
+
+@pytest.mark.parametrize(
+    "fsx,message",
+    [
+        ({"data_repository": _LINK}, f"{R}.fsx.backup_retention_days: 7 days (the default) asks for backups, but "),
+        (
+            {
+                "deployment_type": "PERSISTENT_1",
+                "per_unit_storage_throughput": 200,
+                "data_repository": _LINK,
+                "backup_retention_days": 14,
+            },
+            f"{R}.fsx.backup_retention_days: 14 days asks for backups, but ",
+        ),
+        (
+            {"data_repository": _LINK, "backup_retention_days": 3, "allow_no_backups": True},
+            f"{R}.fsx.backup_retention_days: 3 days asks for backups, but ",
+        ),
+    ],
+    ids=["default-retention", "persistent1", "with-opt-out"],
+)
+def test_linked_file_system_refuses_backups(fsx, message):
+    raw = valid_raw()
+    raw["fsx"] = fsx
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    assert str(exc.value).splitlines() == [message + _LINKED_FIX]
+
+
+def test_linked_file_system_needs_the_opt_out():
+    raw = valid_raw()
+    raw["fsx"] = {"data_repository": _LINK, "backup_retention_days": 0}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    assert str(exc.value).splitlines() == [
+        f"{R}.fsx.backup_retention_days: 0 is right for a file system linked to S3 (FSx backs those up not at all; "
+        "the bucket is the durable copy): add fsx.allow_no_backups: true to accept that"
+    ]
+    raw["fsx"]["allow_no_backups"] = True
+    cfg = parse_config(raw)
+    assert cfg.fsx.backed_up is False and cfg.fsx.protected is True
+    assert parse_config(valid_raw()).fsx.backed_up is True
+
+
+def test_program_data_repository_tag_is_refused():
+    raw = valid_raw()
+    raw["tags"] = {"GpuClusterDataRepository": "s3://x"}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    assert str(exc.value).splitlines() == [
+        f"{R}.tags: tag key 'GpuClusterDataRepository' is one the program sets on a file system linked to S3 "
+        "(the policy pack exempts that file system from the final-backup check by it); rename yours"
+    ]

@@ -16,6 +16,8 @@ from tests.test_config import _DEL, _set
 
 R = "gpu-cluster:cluster"
 NO_SUBNET = ("network.subnet_id", _DEL)
+# A file system linked to S3 takes no FSx backups: the config must say so.
+NO_FSX_BACKUPS = [("fsx.backup_retention_days", 0), ("fsx.allow_no_backups", True)]
 
 # (id, [(path, value), ...], expected path, [fragments that must all be in its line])
 INVALID = [
@@ -199,8 +201,8 @@ ACCEPTED = [
     ("tags-44", [("tags", {f"k{i}": "v" for i in range(44)})]),
     ("tags-aws-values-case", [("tags", {"team": "awsome"})]),
     ("gp3-at-ratio", [("root_volume", {"throughput_mibps": 1000, "iops": 4000})]),
-    ("s3-dots", [("fsx.data_repository", {"s3_uri": "s3://my.data-bucket.1/x/y"})]),
-    ("s3-no-prefix", [("fsx.data_repository", {"s3_uri": "s3://abc"})]),
+    ("s3-dots", [("fsx.data_repository", {"s3_uri": "s3://my.data-bucket.1/x/y"}), *NO_FSX_BACKUPS]),
+    ("s3-no-prefix", [("fsx.data_repository", {"s3_uri": "s3://abc"}), *NO_FSX_BACKUPS]),
     ("cidr-24", [NO_SUBNET, ("network.vpc_cidr", "192.168.10.0/24")]),
     ("image-enroot-registry", [("validation", {"container_image": "nvcr.io#nvidia/pytorch:26.08-py3"})]),
     ("image-docker-hub", [("validation", {"container_image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"})]),

@@ -288,6 +288,8 @@ def _variants() -> dict[str, tuple[dict, str]]:
         "storage_capacity_gib": 2400,
         "per_unit_storage_throughput": 200,
         "data_repository": {"s3_uri": "s3://my-training-data/datasets"},
+        "backup_retention_days": 0,  # FSx backs up no linked file system
+        "allow_no_backups": True,
     }
     return {
         "dev": (dev, dev_region),

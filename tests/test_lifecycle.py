@@ -217,6 +217,38 @@ def test_growing_storage_and_in_place_edits_are_allowed():
     )
 
 
+_LINK = {"s3_uri": "s3://my-training-data/datasets"}
+_NO_BACKUPS = {"backup_retention_days": 0, "allow_no_backups": True}
+
+
+def test_linking_s3_to_a_persistent2_is_in_place():
+    """PERSISTENT_2 links through a data repository association: linking S3 later turns
+    FSx backups off in place (FSx backs up no linked file system [FSX-CREATEBACKUP]) and
+    changes nothing pinned, so the file system is kept."""
+    raw = pinned_raw()
+    pinned = dict(raw["fsx"]["pinned"])
+    raw["fsx"].update(data_repository=_LINK, **_NO_BACKUPS)
+    run = run_program(raw)
+    fs = run.inputs(FS, "t1-lustre")
+    assert (fs["automaticBackupRetentionDays"], fs["skipFinalBackup"], fs["copyTagsToBackups"]) == (0, True, True)
+    assert run.value["fsx_identity"] == pinned
+    assert run.value["fsx_protected"] is True
+
+
+def test_linking_s3_to_a_persistent1_is_one_refusal():
+    """PERSISTENT_1 links through its import path, which FSx sets only at creation, and
+    a linked one is created without copy_tags_to_backups [FSX-CREATEFS-LUSTRE]: one
+    refusal, at the key the operator edited."""
+    raw = pinned_raw()
+    raw["fsx"].update(deployment_type="PERSISTENT_1", per_unit_storage_throughput=200)
+    raw["fsx"]["pinned"].update(deployment_type="PERSISTENT_1")
+    assert fsx_identity(parse_config(copy.deepcopy(raw))).model_dump() == raw["fsx"]["pinned"]
+    raw["fsx"].update(data_repository=_LINK, **_NO_BACKUPS)
+    lines = refusal(raw)
+    assert [ln.split(": ", 1)[0] for ln in lines] == [f"{R}.fsx.data_repository"], lines
+    assert "s3_import_path None (fsx.pinned) and this config gives 's3://my-training-data/datasets'" in lines[0]
+
+
 def test_allow_replace_lets_the_edit_through():
     raw = pinned_raw()
     raw["fsx"].update(deployment_type="PERSISTENT_1", per_unit_storage_throughput=200, allow_replace=True)

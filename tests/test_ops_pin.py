@@ -239,14 +239,18 @@ def test_fsx_created_subnet_and_legacy_s3_link(tmp_path):
             "storage_capacity_gib": 2400,
             "per_unit_storage_throughput": 200,
             "data_repository": {"s3_uri": "s3://datasets/train"},
+            "backup_retention_days": 0,
+            "allow_no_backups": True,
         },
     }
     root = write_stack(tmp_path, cluster)
     aws = Aws()
+    # Created linked, so without CopyTagsToBackups [FSX-CREATEFS-LUSTRE].
     live = file_system(
         deployment="PERSISTENT_1",
         capacity=2400,
         subnet="subnet-0bbbbbbbbbbbbbbb1",
+        CopyTagsToBackups=False,
         DataRepositoryConfiguration={"ImportPath": "s3://datasets/train", "Lifecycle": "AVAILABLE"},
     )
     stub_fsx(aws, [live])
@@ -279,7 +283,7 @@ def test_fsx_created_subnet_and_legacy_s3_link(tmp_path):
         "file_system_type_version": "2.15",
         "subnet": "created:us-east-2b:10.20.0.0/16",
         "storage_capacity_gib": 2400,
-        "copy_tags_to_backups": True,
+        "copy_tags_to_backups": False,
         "s3_import_path": "s3://datasets/train",
     }
     assert doc["fsx"]["config_differs"] == [] and doc["fsx"]["pinned_now"] is None

@@ -102,6 +102,53 @@ def test_fsx_unprotected_by_the_stack_file(tmp_path):
     assert list(broken) == ["dev-lustre"] and list(broken["dev-lustre"]) == ["fsx-protected"]
 
 
+def test_fsx_linked_to_s3_relies_on_the_bucket(plans):
+    """prod's PERSISTENT_2 is linked to S3 (a data repository association): FSx takes
+    no backups of it [FSX-CREATEBACKUP], so it skips the final backup and still passes;
+    it stays protected."""
+    fsx = _one(plans["prod"], rules.FSX)
+    assert fsx["inputs"]["skipFinalBackup"] is True and fsx["inputs"]["automaticBackupRetentionDays"] == 0
+    assert fsx["inputs"]["tags"]["GpuClusterDataRepository"] == "s3://example-prod-training-data"
+    assert any(r["type"] == "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation" for r in plans["prod"])
+    assert _violations(fsx) == {}
+    fsx["inputs"]["automaticBackupRetentionDays"] = 7
+    assert _violations(fsx) == {
+        "fsx-protected": [
+            "FSx for Lustre (PERSISTENT_2) is linked to S3 and asks for 7 days of automatic backups, which FSx "
+            "does not take of a linked file system: set fsx.backup_retention_days: 0 and fsx.allow_no_backups: true"
+        ]
+    }
+    fsx["inputs"]["automaticBackupRetentionDays"] = 0
+    fsx["protect"] = False
+    assert list(_violations(fsx)["fsx-protected"]) == [
+        "FSx for Lustre (PERSISTENT_2) is not protected: set `fsx.protect: true` (the default) "
+        "so that no preview can delete or replace /fsx"
+    ]
+
+
+def test_fsx_unlinked_skipping_the_final_backup_still_fails(plans):
+    """Without the program's tag (or an import path) the same file system is unlinked:
+    skipping the final backup is a violation again."""
+    fsx = _one(plans["prod"], rules.FSX)
+    del fsx["inputs"]["tags"]["GpuClusterDataRepository"]
+    assert _violations(fsx) == {
+        "fsx-protected": ["FSx for Lustre (PERSISTENT_2) skips its final backup on delete: set skip_final_backup=False"]
+    }
+
+
+def test_fsx_persistent1_import_path_is_linked(plans):
+    fsx = _one(plans["dev"], rules.FSX)
+    fsx["inputs"].update(
+        deploymentType="PERSISTENT_1",
+        importPath="s3://my-training-data/x",
+        skipFinalBackup=True,
+        automaticBackupRetentionDays=0,
+    )
+    assert _violations(fsx) == {}
+    fsx["inputs"]["importPath"] = None
+    assert list(_violations(fsx)) == ["fsx-protected"]
+
+
 def test_fsx_scratch_is_disposable(plans):
     fsx = _one(plans["dev"], rules.FSX)
     fsx["protect"] = False

@@ -33,6 +33,8 @@ def persistent2():
             storage_capacity_gib=2400,
             per_unit_storage_throughput=500,
             data_repository={"s3_uri": "s3://bucket-1/datasets", "file_system_path": "/data"},
+            backup_retention_days=0,
+            allow_no_backups=True,
         )
     )
 
@@ -49,7 +51,7 @@ def test_persistent2_in_cluster_subnet_with_the_node_group(persistent2):
     assert fs["storageType"] == "SSD"
     assert "efaEnabled" not in fs and "metadataConfiguration" not in fs
     assert "importPath" not in fs and "exportPath" not in fs
-    assert fs["tags"] == {**TAGS, "Name": "c1-fsx"}
+    assert fs["tags"] == {**TAGS, "Name": "c1-fsx", "GpuClusterDataRepository": "s3://bucket-1"}
     for typ, name in persistent2.custom():
         assert persistent2.parent_type(typ, name) == "gpu-cluster:index:FileSystem"
 
@@ -112,14 +114,60 @@ def _children(component):
     return [r for r in component._childResources if isinstance(r, aws.fsx.LustreFileSystem)]
 
 
-def test_persistent_is_protected_and_backed_up(persistent2):
-    fs = persistent2.inputs(FS, "c1-lustre")
+def test_persistent_is_protected_and_backed_up():
+    fs, protect = _lustre_resource(FsxConfig(deployment_type="PERSISTENT_2"))
     assert fs["automaticBackupRetentionDays"] == 7
     assert fs["dailyAutomaticBackupStartTime"] == "03:00"
     assert fs["skipFinalBackup"] is False  # the provider's default (true) deletes with no backup
     assert fs["copyTagsToBackups"] is True
-    _, protect = _lustre_resource(FsxConfig())
+    assert fs["tags"] == {**TAGS, "Name": "c1-fsx"}  # not linked: no data repository tag
     assert protect is True
+
+
+# A linked file system takes no FSx backups [FSX-CREATEBACKUP]. The config refuses a
+# retention for it; the component asks for none even if one slipped through (7, the
+# default), since FSx would fail the create or the delete after the file system exists.
+LINKED = {"s3_uri": "s3://bucket-1/datasets/train"}
+
+
+@pytest.mark.parametrize("retention", [{"backup_retention_days": 0, "allow_no_backups": True}, {}])
+def test_linked_persistent2_takes_no_backups(retention):
+    fs, protect = _lustre_resource(FsxConfig(deployment_type="PERSISTENT_2", data_repository=LINKED, **retention))
+    assert fs["automaticBackupRetentionDays"] == 0  # explicit: turns off what an unlinked config asked for
+    assert "dailyAutomaticBackupStartTime" not in fs
+    assert fs["skipFinalBackup"] is True  # a final backup of a linked file system fails the delete
+    # Fixed at creation, before the association exists; kept so that linking or
+    # unlinking S3 (in place) never replaces the file system.
+    assert fs["copyTagsToBackups"] is True
+    assert fs["tags"]["GpuClusterDataRepository"] == "s3://bucket-1"
+    assert protect is True  # still protected: /fsx holds what was not exported yet
+
+
+def test_linked_persistent1_takes_no_backups():
+    fs, protect = _lustre_resource(
+        FsxConfig(
+            deployment_type="PERSISTENT_1",
+            per_unit_storage_throughput=200,
+            data_repository=LINKED,
+            backup_retention_days=0,
+            allow_no_backups=True,
+        )
+    )
+    assert fs["importPath"] == "s3://bucket-1/datasets/train"
+    assert fs["automaticBackupRetentionDays"] == 0
+    assert "dailyAutomaticBackupStartTime" not in fs
+    assert fs["skipFinalBackup"] is True
+    # FSx does not take CopyTagsToBackups on a file system created linked [FSX-CREATEFS-LUSTRE].
+    assert "copyTagsToBackups" not in fs
+    assert fs["tags"]["GpuClusterDataRepository"] == "s3://bucket-1"
+    assert protect is True
+
+
+def test_unlinked_persistent1_is_backed_up():
+    fs, _ = _lustre_resource(FsxConfig(deployment_type="PERSISTENT_1", per_unit_storage_throughput=200))
+    assert "importPath" not in fs
+    assert fs["automaticBackupRetentionDays"] == 7 and fs["dailyAutomaticBackupStartTime"] == "03:00"
+    assert fs["skipFinalBackup"] is False and fs["copyTagsToBackups"] is True
 
 
 def test_protect_and_backups_are_opt_out():
@@ -143,3 +191,18 @@ def test_scratch_has_no_backups_and_no_default_protect(dt):
     for key in ("automaticBackupRetentionDays", "dailyAutomaticBackupStartTime", "copyTagsToBackups"):
         assert key not in fs
     assert fs["skipFinalBackup"] is True  # FSx has no final backup for scratch
+
+
+def test_linked_scratch2_has_no_backups():
+    fs, protect = _lustre_resource(
+        FsxConfig(
+            deployment_type="SCRATCH_2",
+            storage_capacity_gib=1200,
+            per_unit_storage_throughput=None,
+            data_repository=LINKED,
+        )
+    )
+    assert fs["importPath"] == fs["exportPath"] == "s3://bucket-1/datasets/train"
+    for key in ("automaticBackupRetentionDays", "dailyAutomaticBackupStartTime", "copyTagsToBackups"):
+        assert key not in fs
+    assert fs["skipFinalBackup"] is True and protect is False
