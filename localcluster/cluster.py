@@ -28,6 +28,7 @@ from pathlib import Path
 
 from localcluster import machine, profile
 from localcluster.nodes import IMDS_PORT, Cluster, Node
+from localcluster.profile import TEST_IMAGE
 from model import tags as node_tags
 
 ENTRY_POINT = "/opt/gpu-cluster/bin/gpu-cluster-boot"
@@ -49,7 +50,6 @@ MACHINE_OVERRIDES = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IM
 UNBAKED_OVERRIDES = {"GPU_CLUSTER_PACKAGES": "preinstalled"}
 LANES = ("bookworm", "trixie", "namespace")
 DEFAULT_LANE = "bookworm"
-TEST_IMAGE = "images/test.sqsh"  # under /fsx: the container job's image
 BOOT_LOG = "/var/log/gpu-cluster/boot.log"
 LAUNCH_PARALLEL = 4
 STATUS = "/var/lib/gpu-cluster/status"
@@ -234,6 +234,8 @@ class LocalCluster:
         t0 = time.monotonic()
         self.c.lane = self.lane
         self.render(n)
+        if self.machines:
+            self.test_image()  # before boot: the first-boot gate runs it
         kind = (
             f"systemd-nspawn machines ({self.lane}, systemd + cloud-init, NoCloud seed)"
             if self.machines

@@ -70,6 +70,12 @@ def test_instance_spec(facts: dict[str, int] | None = None) -> InstanceSpec:
     )
 
 
+# The container job's image, under /fsx: built from the lane's root before the nodes
+# boot, so the gate's container step runs it (a registry image cannot be imported
+# offline) and the demo's srun uses the same file.
+TEST_IMAGE = "images/test.sqsh"
+
+
 def local_config(name: str = "local", nodes: int = 2) -> ClusterConfig:
     """A small on-demand stack with p5.48xlarge config values (the spec is swapped)."""
     return parse_config(
@@ -78,7 +84,12 @@ def local_config(name: str = "local", nodes: int = 2) -> ClusterConfig:
             "instance_type": "p5.48xlarge",
             "network": {"availability_zone": AZ, "subnet_id": "subnet-0a1b2c3d4e5f60718"},
             "capacity": {"nodes": max(2, nodes)},
-            "validation": {"wait_for_nodes_minutes": 5, "time_limit_minutes": 5},
+            "validation": {
+                "wait_for_nodes_minutes": 5,
+                # room for the container step's bound (userdata/validation_files.py TIMEOUTS)
+                "time_limit_minutes": 15,
+                "container_image": f"/fsx/{TEST_IMAGE}",
+            },
         }
     )
 

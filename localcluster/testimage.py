@@ -15,7 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-PROGRAMS = ("/usr/bin/bash", "/usr/bin/cat")
+# hostname: the gate's container step prints `container-ok $(hostname -s)` from inside.
+PROGRAMS = ("/usr/bin/bash", "/usr/bin/cat", "/usr/bin/hostname")
 IMAGE_NAME = "gpu-cluster test image"
 
 

@@ -126,6 +126,15 @@ def test_container_job_runs_in_the_image_on_every_machine(cluster):
         assert re.fullmatch(rf"{host}: {image}; /fsx mounted: yes", line), line
 
 
+def test_first_boot_gate_runs_its_container_step_on_every_machine(cluster):
+    """The gate's container step (Pyxis + Enroot, one task per node) passes: the local
+    stack's validation.container_image is the test image, on /fsx before the nodes boot."""
+    report = cluster.validation_report(timeout=180)
+    hosts = "+".join(sorted(cluster.c.nodes))
+    assert re.search(rf"^\s*GO\s+container\s+{re.escape(hosts)}\s*$", report, re.M), report
+    assert "GO      pmix" in report, report
+
+
 def test_rebooted_worker_comes_back_idle_through_the_per_boot_script(cluster):
     node = next(n for n in cluster.c.nodes.values() if n.role == "worker")
     leader = node.leader()

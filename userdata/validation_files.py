@@ -52,9 +52,12 @@ REQUIRED = (*REPORTED, "cpus_per_gpu")
 SWEEP = "-b 8 -e 16G -f 2 -g 1 -c 1 -n 50"
 SINGLE_SWEEP = "-b 8 -e 1G -f 2 -g 1 -c 1 -n 50"
 TORCH_MAX_BYTES = 8 << 30  # the container reference figures are at 8 GiB
-# seconds; the 16 GiB sweep takes ~1-2 min on p4d/p5, the container step may first
-# import the image on every node; RESERVE keeps time to write the report
-TIMEOUTS = {"nccl": 900, "torch": 1800, "pingpong": 120, "reserve": 120}
+# seconds; the 16 GiB sweep takes ~1-2 min on p4d/p5; a torch step may first unpack the
+# image on every node; the container step starts the (already imported) squash file on
+# every node, which Pyxis unpacks there: minutes for a 20 GB image, not half an hour,
+# so a short job (a small time_limit_minutes) still reaches it; RESERVE keeps time to
+# write the report
+TIMEOUTS = {"nccl": 900, "torch": 1800, "container": 600, "pingpong": 120, "reserve": 120}
 
 
 def job_values(ctx: dict) -> dict:

@@ -28,6 +28,7 @@ readonly SWEEP=(-b 8 -e 16G -f 2 -g 1 -c 1 -n 50)
 readonly SINGLE_SWEEP=(-b 8 -e 1G -f 2 -g 1 -c 1 -n 50)
 readonly T_NCCL=900
 readonly T_TORCH=1800
+readonly T_CONTAINER=600
 readonly T_PING=120
 # leave time to write the report before Slurm's own limit kills the job
 readonly BUDGET=$(( 60 * 60 - 120 ))
@@ -206,7 +207,7 @@ container_step() {
   fi
   echo "# nodes=$n image=$IMAGE ($sqsh)" >"$LOGS/container.log"
   # shellcheck disable=SC2016 # $(hostname -s) expands inside the container, on each node
-  run_step container "$nodes" "" "$T_TORCH" "$LOGS/container.log" -- \
+  run_step container "$nodes" "" "$T_CONTAINER" "$LOGS/container.log" -- \
     srun -N "$n" --ntasks-per-node=1 --container-image="$sqsh" --container-name="$CONTAINER" \
     --container-mounts=/fsx:/fsx sh -c 'echo "container-ok $(hostname -s)"' || true
 }
