@@ -663,3 +663,11 @@ def test_a_megabyte_line_is_parsed_quickly(line):
     start = time.perf_counter()
     verdict.evaluate(line + "\n" + (DATA / "efa_p5_allreduce_16g.log").read_text())
     assert time.perf_counter() - start < 5.0
+
+
+def test_every_log_is_cited_in_sources():
+    sources = (DATA / "SOURCES.md").read_text()
+    missing = [p.name for p in sorted(DATA.glob("*.log")) if f"`{p.name}`" not in sources]
+    assert missing == []
+    synthetic = [p.name for p in DATA.glob("synthetic_*.log")]
+    assert all(f"`{n}` | **synthetic**" in sources for n in synthetic)
