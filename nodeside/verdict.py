@@ -115,15 +115,13 @@ AVG = re.compile(r"Avg bus bandwidth\s*:\s*([\d.]+)")
 NETWORK = re.compile(r"Using network (\S+(?: Libfabric)?)")
 PROVIDER = re.compile(r"Selected [Pp]rovider is ([\w;]+)")
 NICS = re.compile(r"found (\d+) nics")
-# NCCL's line prefix "host:pid:tid [dev]", one whitespace token
+# NCCL's line prefix "host:pid:tid [dev]": its first whitespace token
 HOSTPID = re.compile(r"([\w.-]+):(\d+):\d+")
-DEV = re.compile(r"\[\d+\]")
 NRANKS = re.compile(r"\bnranks (\d+)\b")
 # "#  Rank  0 Group  0 Pid 123 on host device  0 ..." (the "#" is lost in some quotes)
 RANKLINE = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device")
 COLLS = ("alltoall", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "hypercube")
 COLLS += ("gather", "scatter", "reduce")
-NCCLWARN = re.compile(r"NCCL WARN (.*)")
 FAIL_KEYS = (
     "Test NCCL failure",
     "Test CUDA failure",
@@ -600,6 +598,8 @@ def _floor(name, value):
 def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_latency_us, catalog):
     lines = run["lines"]
     tool = run["tool"]
+    if expect_transport is None:  # not given: the instance type's, else anything
+        expect_transport = catalog["expect_transport"] if catalog else "any"
     if tool == "fi_pingpong":
         r = parse_pingpong(text, lines)
         if max_latency_us is None and catalog:
@@ -622,8 +622,6 @@ def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_l
             min_algbw = catalog[key]
         if expect_nics is None:
             expect_nics = catalog["expect_nics"]
-        if expect_transport == "any":
-            expect_transport = catalog["expect_transport"]
     _check_transport(r, expect_transport, expect_nics)
     size = r["max_size_bytes"]
     for key, floor in (("busbw", min_busbw), ("algbw", min_algbw)):
@@ -634,7 +632,7 @@ def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_l
 
 def evaluate(
     text,
-    expect_transport="any",
+    expect_transport=None,
     expect_nics=None,
     min_busbw=None,
     min_algbw=None,
@@ -704,7 +702,7 @@ def main(argv=None):
         choices=sorted(INSTANCE_TYPES),
         help="apply this instance type's catalog floors (EFA, NIC count, algbw, latency)",
     )
-    p.add_argument("--expect-transport", choices=("efa", "ib", "any"), default="any")
+    p.add_argument("--expect-transport", choices=("efa", "ib", "any"), help="default: the instance type's, else any")
     p.add_argument("--expect-nics", type=_positive(int))
     p.add_argument("--min-busbw", type=_positive(float), help="GB/s at the largest size")
     p.add_argument("--min-algbw", type=_positive(float), help="GB/s at the largest size")

@@ -608,6 +608,13 @@ def test_instance_type_nic_count():
 def test_explicit_floor_overrides_the_instance_type():
     r = run("gcp_h100_allreduce_8g.log", instance_type="p5.48xlarge", min_algbw=100.0)
     assert r["verdict"] == "GO", reasons(r)
+    r = run("warn_failure_ib_issue294.log", instance_type="p5.48xlarge", expect_transport="any")
+    assert not any("expected" in x for x in r["reasons"])
+
+
+def test_instance_type_expects_the_efa_provider_of_fi_pingpong():
+    text = (DATA / "fi_pingpong_client_magic_castle331.log").read_text().replace("-p efa", "-p tcp")
+    assert "provider tcp, expected efa" in verdict.evaluate(text, instance_type="p5.48xlarge")["reasons"]
 
 
 def test_cli_instance_type():

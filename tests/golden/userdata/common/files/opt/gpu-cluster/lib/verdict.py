@@ -33,12 +33,10 @@ NETWORK = re.compile('Using network (\\S+(?: Libfabric)?)')
 PROVIDER = re.compile('Selected [Pp]rovider is ([\\w;]+)')
 NICS = re.compile('found (\\d+) nics')
 HOSTPID = re.compile('([\\w.-]+):(\\d+):\\d+')
-DEV = re.compile('\\[\\d+\\]')
 NRANKS = re.compile('\\bnranks (\\d+)\\b')
 RANKLINE = re.compile('#?\\s*Rank\\s+(\\d+)\\s+(?:Group\\s+\\d+\\s+)?Pid\\s+(\\d+)\\s+on\\s+(\\S+)\\s+device')
 COLLS = ('alltoall', 'all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'sendrecv', 'hypercube')
 COLLS += ('gather', 'scatter', 'reduce')
-NCCLWARN = re.compile('NCCL WARN (.*)')
 FAIL_KEYS = ('Test NCCL failure', 'Test CUDA failure', 'Test failure', 'slurmstepd: error', 'srun: error', 'MPI_ABORT', 'opal_shmem_base_select failed', 'Segmentation fault', 'CANCELLED', 'timeout: sending signal', 'Traceback (most recent call last)', 'gate: command exit status')
 TORCH = re.compile('^(all_reduce|all_to_all)\\s+(\\d+) B\\s+time\\s+([\\d.]+) ms\\s+algbw\\s+([\\d.]+) GB/s\\s+busbw\\s+([\\d.]+) GB/s')
 TORCH_HEAD = re.compile('# torch_comm_bench op=(\\w+) world=(\\d+) nodes=(\\d+) max_bytes=(\\d+)')
@@ -392,6 +390,8 @@ def _floor(name, value):
 def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_latency_us, catalog):
     lines = run['lines']
     tool = run['tool']
+    if expect_transport is None:
+        expect_transport = catalog['expect_transport'] if catalog else 'any'
     if tool == 'fi_pingpong':
         r = parse_pingpong(text, lines)
         if max_latency_us is None and catalog:
@@ -409,8 +409,6 @@ def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_l
             min_algbw = catalog[key]
         if expect_nics is None:
             expect_nics = catalog['expect_nics']
-        if expect_transport == 'any':
-            expect_transport = catalog['expect_transport']
     _check_transport(r, expect_transport, expect_nics)
     size = r['max_size_bytes']
     for key, floor in (('busbw', min_busbw), ('algbw', min_algbw)):
@@ -418,7 +416,7 @@ def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_l
             r['reasons'].append(f'{key} {r[key]} GB/s at {size} bytes below {floor} GB/s')
     return r
 
-def evaluate(text, expect_transport='any', expect_nics=None, min_busbw=None, min_algbw=None, max_latency_us=None, name=None, instance_type=None):
+def evaluate(text, expect_transport=None, expect_nics=None, min_busbw=None, min_algbw=None, max_latency_us=None, name=None, instance_type=None):
     for key, value in (('min_busbw', min_busbw), ('min_algbw', min_algbw), ('max_latency_us', max_latency_us)):
         _floor(key, value)
     if expect_nics is not None and (not isinstance(expect_nics, int) or expect_nics < 0):
@@ -472,7 +470,7 @@ def _positive(kind):
 def main(argv=None):
     p = argparse.ArgumentParser(description='GO / NO-GO verdicts for validation logs')
     p.add_argument('--instance-type', choices=sorted(INSTANCE_TYPES), help="apply this instance type's catalog floors (EFA, NIC count, algbw, latency)")
-    p.add_argument('--expect-transport', choices=('efa', 'ib', 'any'), default='any')
+    p.add_argument('--expect-transport', choices=('efa', 'ib', 'any'), help="default: the instance type's, else any")
     p.add_argument('--expect-nics', type=_positive(int))
     p.add_argument('--min-busbw', type=_positive(float), help='GB/s at the largest size')
     p.add_argument('--min-algbw', type=_positive(float), help='GB/s at the largest size')
