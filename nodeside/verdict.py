@@ -559,13 +559,18 @@ def _guess(lines):
 def _alone(runs):
     """Header keys of nccl-tests runs whose processes each ran in their own
     communicator: a build without MPI under srun/mpirun prints one header and one
-    "Rank 0" per process and measures nothing between them."""
+    "Rank 0" per process and measures nothing between them.  Several one-rank
+    communicators of one sweep are that, wherever they sit in the log; several
+    one-process communicators of more GPUs are that when they are interleaved in one
+    run on different hosts (separate runs of them are single-node sweeps, one after
+    the other)."""
     comms, solo_init, multi_init = {}, {}, False
     for run in runs:
         if run["tool"] != "nccl-tests":
             continue
         key = run["result"].get("header")
-        comms.setdefault(key, []).extend(_ranks(run["lines"]))
+        cs = _ranks(run["lines"])
+        comms.setdefault(key, []).append(cs)
         for ln in run["lines"]:
             if "nranks" in ln and "NCCL INFO" in ln:
                 m, proc = NRANKS.search(ln), _nccl_proc(ln)
@@ -574,11 +579,16 @@ def _alone(runs):
                 elif m and m.group(1) != "1":
                     multi_init = True
     alone = {}
-    for key, cs in comms.items():
+    for key, per_run in comms.items():
+        cs = [c for run_cs in per_run for c in run_cs]
         procs = {(c[0][2], c[0][1]) for c in cs}
         hosts = {e[2] for c in cs for e in c}
-        single = all(len({e[1] for e in c}) == 1 for c in cs)
-        if len(cs) > 1 and len(procs) > 1 and single and (all(len(c) == 1 for c in cs) or len(hosts) > 1):
+        one_rank = len(cs) > 1 and all(len(c) == 1 for c in cs)
+        interleaved = any(
+            len(rc) > 1 and len({e[2] for c in rc for e in c}) > 1 and all(len({e[1] for e in c}) == 1 for c in rc)
+            for rc in per_run
+        )
+        if len(procs) > 1 and (one_rank or interleaved):
             alone[key] = (len(procs), len(hosts))
     for key, procs in solo_init.items():
         if key not in alone and len(procs) > 1 and not multi_init:

@@ -678,3 +678,31 @@ def test_every_log_is_cited_in_sources():
     assert missing == []
     synthetic = [p.name for p in DATA.glob("synthetic_*.log")]
     assert all(f"`{n}` | **synthetic**" in sources for n in synthetic)
+
+
+def _ranks_block(host, pid, gpus):
+    return "\n".join(
+        f"#  Rank {g:2d} Group  0 Pid {pid:6d} on {host:>9} device {g:2d} [0x53] NVIDIA H100 80GB HBM3"
+        for g in range(gpus)
+    )
+
+
+def test_interleaved_one_process_communicators_on_two_hosts_ran_alone():
+    # NVIDIA/nccl-tests#213: "-g 8" under mpirun without MPI, both headers first, then
+    # each node's eight ranks from one process
+    lines = _unlabelled("efa_p5_allreduce_16g.log")
+    head = lines[0].replace("nGpus 1", "nGpus 8")
+    text = "\n".join([head, "#", "# Using devices", head, "#", "# Using devices"])
+    text += "\n" + _ranks_block("hw14", 798, 8) + "\n" + _ranks_block("hw15", 912, 8) + "\n" + "\n".join(lines[1:])
+    r = verdict.evaluate(text)
+    assert r["reasons"][0] == f"{verdict.ALONE_REASON} (2 processes, each its own communicator, on 2 host(s))"
+
+
+def test_single_node_sweeps_one_after_the_other_did_not_run_alone():
+    # one process driving 8 GPUs on each of two nodes, logs joined: two complete runs
+    lines = _unlabelled("efa_p5_allreduce_16g.log")
+    head = lines[0].replace("nGpus 1", "nGpus 8")
+    one = lambda host, pid: "\n".join([head, "#", "# Using devices", _ranks_block(host, pid, 8), *lines[1:]])  # noqa: E731
+    r = verdict.evaluate(one("gpu-a", 11) + "\n" + one("gpu-b", 12))
+    assert r["verdict"] == "GO", reasons(r)
+    assert len(r["runs"]) == 2
