@@ -706,3 +706,23 @@ def test_single_node_sweeps_one_after_the_other_did_not_run_alone():
     r = verdict.evaluate(one("gpu-a", 11) + "\n" + one("gpu-b", 12))
     assert r["verdict"] == "GO", reasons(r)
     assert len(r["runs"]) == 2
+
+
+def test_run_as_a_script_from_a_checkout_finds_the_catalog(tmp_path):
+    # `python3 nodeside/verdict.py`: nodeside/ is on sys.path, not the repository root
+    script = Path(verdict.__file__)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--instance-type",
+            "p5.48xlarge",
+            "--json",
+            str(DATA / "efa_p5_allreduce_16g.log"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["verdict"] == "GO"
