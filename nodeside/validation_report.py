@@ -81,6 +81,10 @@ def limit_for(step, config, baseline_figures):
         b = base * (1 - margin) if kind == "min" else base * (1 + margin)
         if limit is None or (b > limit if kind == "min" else b < limit):
             limit, source = round(b, 2), f"baseline {base} -/+ {margin:.0%}"
+    if limit is not None and not limit > 0:
+        # a zero figure (an instance type without EFA, a zero baseline) bounds nothing;
+        # verdict.evaluate refuses floors that are not positive
+        limit, source = None, None
     return limit, source
 
 

@@ -47,6 +47,8 @@ def limit_for(step, config, baseline_figures):
         b = base * (1 - margin) if kind == 'min' else base * (1 + margin)
         if limit is None or (b > limit if kind == 'min' else b < limit):
             limit, source = (round(b, 2), f'baseline {base} -/+ {margin:.0%}')
+    if limit is not None and (not limit > 0):
+        limit, source = (None, None)
     return (limit, source)
 
 def check_step(config, baseline_figures, step, text):

@@ -2,6 +2,7 @@
 import argparse
 import json
 import math
+import os
 import re
 import sys
 ALLREDUCE_FRACTION = 0.6
@@ -20,39 +21,55 @@ def busbw_factor(op, nranks):
     if op == 'all_reduce':
         return 2.0 * (nranks - 1) / nranks
     return (nranks - 1) / nranks
-PREFIX = re.compile('^\\s*(?:\\[\\d+,\\d+\\]<std(?:out|err)>:|\\d+:(?=\\s))?\\s*')
+INSTANCE_TYPES = {'p4d.24xlarge': (400, 8, 4), 'p4de.24xlarge': (400, 8, 4), 'p5.48xlarge': (3200, 8, 32), 'p5e.48xlarge': (3200, 8, 32), 'p5en.48xlarge': (3200, 8, 16), 'p6-b200.48xlarge': (3200, 8, 8)}
 HEADER = re.compile('nThread\\s+\\d+\\s+nGpus\\s+(\\d+)\\s+minBytes\\s+(\\d+)\\s+maxBytes\\s+(\\d+)\\s+step:\\s+(\\d+)\\((factor|bytes)\\)')
 VALIDATION = re.compile('validation:\\s*(\\d+)')
-ROW = re.compile('^(\\d+)\\s+(\\d+)\\s+([a-z][a-z0-9_]*)\\s+(.*)$')
-NUM = re.compile('^\\d+(?:\\.\\d+)?$')
+_F = '(\\d+(?:\\.\\d+)?)'
+ROW = re.compile(f'(\\d+)\\s+\\d+\\s+[a-z][a-z0-9_]*\\s+(?:\\S+\\s+){{0,4}}?{_F}\\s+{_F}\\s+{_F}\\s+(\\S+)\\s+{_F}\\s+{_F}\\s+{_F}\\s+(\\S+)$')
 WRONG = re.compile('^(?:\\d+|N/A|\\d(?:\\.\\d+)?e[-+]\\d+)$')
 OOB = re.compile('Out of bounds values\\s*:\\s*(\\d+)\\s*(OK|FAILED)')
 AVG = re.compile('Avg bus bandwidth\\s*:\\s*([\\d.]+)')
 NETWORK = re.compile('Using network (\\S+(?: Libfabric)?)')
 PROVIDER = re.compile('Selected [Pp]rovider is ([\\w;]+)')
 NICS = re.compile('found (\\d+) nics')
-NCCLHOST = re.compile('(?:^|\\s)(\\w[\\w.-]*):\\d+:\\d+ \\[\\d+\\] NCCL')
-RANKHOST = re.compile('#\\s+Rank\\s+\\d+\\s+(?:Group\\s+\\d+\\s+)?Pid\\s+\\d+\\s+on\\s+(\\S+)\\s+device')
-COLL = '\\b(alltoall|all_reduce|all_gather|reduce_scatter|broadcast|sendrecv|hypercube|gather|scatter|reduce)'
-NCCLWARN = re.compile('NCCL WARN (.*)')
-FAILURE = re.compile('(Test (?:NCCL |CUDA )?failure.*|slurmstepd: error.*|srun: error.*|MPI_ABORT.*|opal_shmem_base_select failed.*|Segmentation fault.*|CANCELLED.*|timeout: sending signal.*|Traceback \\(most recent call last\\).*|gate: command exit status.*)')
+HOSTPID = re.compile('([\\w.-]+):(\\d+):\\d+')
+NRANKS = re.compile('\\bnranks (\\d+)\\b')
+RANKLINE = re.compile('#?\\s*Rank\\s+(\\d+)\\s+(?:Group\\s+\\d+\\s+)?Pid\\s+(\\d+)\\s+on\\s+(\\S+)\\s+device')
+COLLS = ('alltoall', 'all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'sendrecv', 'hypercube')
+COLLS += ('gather', 'scatter', 'reduce')
+FAIL_KEYS = ('Test NCCL failure', 'Test CUDA failure', 'Test failure', 'slurmstepd: error', 'srun: error', 'MPI_ABORT', 'opal_shmem_base_select failed', 'Segmentation fault', 'CANCELLED', 'timeout: sending signal', 'Traceback (most recent call last)', 'gate: command exit status')
 TORCH = re.compile('^(all_reduce|all_to_all)\\s+(\\d+) B\\s+time\\s+([\\d.]+) ms\\s+algbw\\s+([\\d.]+) GB/s\\s+busbw\\s+([\\d.]+) GB/s')
 TORCH_HEAD = re.compile('# torch_comm_bench op=(\\w+) world=(\\d+) nodes=(\\d+) max_bytes=(\\d+)')
 PP_ROW = re.compile('^(\\d+(?:\\.\\d+)?[kmg]?)\\s+(\\d+[kmg]?)\\s+(?:=?\\d+[kmg]?\\s+)?(\\S+)\\s+([\\d.]+)s\\s+([\\d.]+)\\s+([\\d.]+)\\s+([\\d.]+)$')
-PP_CMD = re.compile('fi_pingpong\\b.*?-p\\s+(\\w+)')
-PP_ERR = re.compile('((?:fi_\\w+|ft_\\w+)\\(\\).*(?:ret=|error).*|.*[Nn]o such (?:file|device).*)')
+PP_CALL = re.compile('(?:fi|ft)_\\w{1,64}\\(\\)')
+SOCKET_REASON = "NCCL fell back to TCP sockets ('Using network Socket')"
+ALONE_REASON = 'every process ran alone: nccl-tests built without MPI=1?'
+PREFIX = re.compile('(?:[ \\t]*(?:\\d{1,7}:(?=[ \\t]|$)|\\[\\d{1,7},\\d{1,7}\\]<std[a-z]{2,4}>:|\\[rank ?\\d{1,7}\\]:?(?=[ \\t]|$))){0,4}[ \\t]*')
+PREFIX_START = frozenset(' \t0123456789[')
 
-def _lines(text):
-    return [PREFIX.sub('', raw, count=1).rstrip() for raw in text.splitlines()]
+def _strip(line):
+    if line[:1] in PREFIX_START:
+        line = line[PREFIX.match(line).end():]
+    return line.rstrip()
 
 def _size(tok):
     mult = {'k': 1 << 10, 'm': 1 << 20, 'g': 1 << 30}.get(tok[-1:], 1)
     return int(float(tok.rstrip('kmg')) * mult)
 
-def _transport(lines, result, multinode):
-    nets = sorted({m.group(1) for ln in lines for m in [NETWORK.search(ln)] if m})
-    provs = sorted({m.group(1) for ln in lines for m in [PROVIDER.search(ln)] if m})
-    nics = [int(m.group(1)) for ln in lines for m in [NICS.search(ln)] if m]
+def _nccl_proc(ln):
+    m = HOSTPID.fullmatch(ln[:ln.find(' ')]) if ' NCCL ' in ln else None
+    return (m.group(1), m.group(2)) if m else None
+
+def _nccl_hosts(lines):
+    toks = {ln[:ln.find(' ')] for ln in lines if ' NCCL ' in ln}
+    return {m.group(1) for t in toks for m in [HOSTPID.fullmatch(t)] if m}
+
+def _transport(text, result):
+    nets = {m.group(1) for m in NETWORK.finditer(text)}
+    if 'via NET/Socket' in text:
+        nets.add('Socket')
+    provs = sorted({m.group(1) for m in PROVIDER.finditer(text)})
+    nics = [int(m.group(1)) for m in NICS.finditer(text)]
     kinds = set()
     for net in nets:
         if net == 'Socket':
@@ -65,25 +82,30 @@ def _transport(lines, result, multinode):
         kinds.add('efa' if provs == ['efa'] else 'ofi-' + provs[0])
     result['transport'] = '+'.join(sorted(kinds)) or None
     result['nics'] = min(nics) if nics else None
-    if 'socket' in kinds and multinode is not False:
-        result['reasons'].append("NCCL fell back to TCP sockets ('Using network Socket')")
     if not kinds:
         result['notes'].append('no transport line in the log: verdict rests on bandwidth alone')
 
 def _check_transport(result, expect, expect_nics):
     t = result['transport']
+    kinds = set(t.split('+')) if t else set()
+    if 'socket' in kinds and (result.get('nodes') != 1 or expect in ('efa', 'ib')):
+        result['reasons'].append(SOCKET_REASON)
     if t and expect != 'any' and (t != expect) and (t != 'socket'):
         result['reasons'].append(f'transport {t}, expected {expect}')
     if expect_nics and result['nics'] is not None and (result['nics'] < expect_nics):
         result['reasons'].append(f"NCCL found {result['nics']} nics, expected {expect_nics}")
 
-def _failures(lines, result):
-    warns = [m.group(1).strip() for ln in lines for m in [NCCLWARN.search(ln)] if m]
-    if warns:
-        result['reasons'].append(f'{len(warns)} NCCL WARN line(s), first: {warns[0][:160]}')
-    fails = [m.group(1).strip() for ln in lines for m in [FAILURE.search(ln)] if m]
-    if fails:
-        result['reasons'].append(f'run failed: {fails[0][:160]}')
+def _failures(text, result):
+    n = text.count('NCCL WARN')
+    if n:
+        at = text.find('NCCL WARN') + len('NCCL WARN')
+        first = text[at:text.find('\n', at) % (len(text) + 1)].strip()
+        result['reasons'].append(f'{n} NCCL WARN line(s), first: {first[:160]}')
+    hits = [at for at in (text.find(key) for key in FAIL_KEYS) if at >= 0]
+    if hits:
+        at = min(hits)
+        fail = text[at:text.find('\n', at) % (len(text) + 1)].strip()
+        result['reasons'].append(f'run failed: {fail[:160]}')
 
 def _wrong(tok, ignore):
     if tok == 'N/A' or ignore:
@@ -95,15 +117,9 @@ def _wrong(tok, ignore):
 def _nccl_rows(lines, alltoall):
     rows = []
     for ln in lines:
-        m = ROW.match(ln)
-        if not m:
-            continue
-        toks = m.group(4).split()
-        if len(toks) < 8 or not all((NUM.match(t) for t in (toks[-8], toks[-7], toks[-6], toks[-4], toks[-3], toks[-2]))):
-            continue
-        if not (WRONG.match(toks[-5]) and WRONG.match(toks[-1])):
-            continue
-        rows.append({'size': int(m.group(1)), 'algbw': float(toks[-7]), 'busbw': float(toks[-6]), 'wrong': [_wrong(toks[-5], False), _wrong(toks[-1], alltoall)]})
+        m = ROW.match(ln) if ln[:1].isdigit() else None
+        if m and WRONG.match(m.group(5)) and WRONG.match(m.group(9)):
+            rows.append({'size': int(m.group(1)), 'algbw': float(m.group(3)), 'busbw': float(m.group(4)), 'wrong': [_wrong(m.group(5), False), _wrong(m.group(9), alltoall)]})
     return rows
 
 def _expected_last(minb, maxb, step, mode):
@@ -113,23 +129,56 @@ def _expected_last(minb, maxb, step, mode):
         return minb * step ** int(math.floor(math.log(maxb / minb, step) + 1e-09))
     return minb + (maxb - minb) // step * step if step else minb
 
+def _ranks(lines):
+    comms = []
+    for ln in lines:
+        m = RANKLINE.match(ln) if 'Rank' in ln and ' on ' in ln else None
+        if m:
+            entry = (int(m.group(1)), m.group(2), m.group(3))
+            if entry[0] == 0 or not comms:
+                comms.append([])
+            comms[-1].append(entry)
+    return comms
+
+def _collective(text):
+    at = text.find('_perf')
+    while at >= 0:
+        start = at
+        while start > 0 and at - start < 16 and (text[start - 1].isalnum() or text[start - 1] == '_'):
+            start -= 1
+        end = at + len('_perf')
+        if text[start:at] in COLLS and (not (text[end:end + 1].isalnum() or text[end:end + 1] == '_')):
+            return text[start:at]
+        at = text.find('_perf', end)
+    at = text.find('alltoall')
+    while at >= 0:
+        around = text[at - 1:at] + text[at + 8:at + 9]
+        if not any((c.isalnum() or c == '_' for c in around)):
+            return 'alltoall'
+        at = text.find('alltoall', at + 8)
+    return None
+
 def parse_nccl_tests(text, lines):
     r = _new('nccl-tests')
-    m = re.search('Collective test starting: (\\w+)', text) or re.search(COLL + '_perf\\b', text) or re.search('\\b(alltoall)\\b', text)
-    coll = m.group(1).replace('_perf', '') if m else None
+    m = re.search('Collective test starting: (\\w+)_perf', text)
+    coll = m.group(1) if m else _collective(text)
     r['collective'] = coll
-    hosts = {m.group(1) for ln in lines for rx in (RANKHOST, NCCLHOST) for m in [rx.search(ln)] if m}
+    comms = _ranks(lines)
+    hosts = {e[2] for c in comms for e in c} | _nccl_hosts(lines)
     r['nodes'] = len(hosts) or None
-    _transport(lines, r, len(hosts) > 1 if hosts else None)
-    header = next((HEADER.search(ln) for ln in lines if HEADER.search(ln)), None)
-    val = next((VALIDATION.search(ln) for ln in lines if HEADER.search(ln)), None)
+    r['ranks'] = max((len(c) for c in comms), default=None)
+    _transport(text, r)
+    heads = [ln for ln in lines if 'nThread' in ln and HEADER.search(ln)]
+    header = HEADER.search(heads[0]) if heads else None
+    val = VALIDATION.search(heads[0]) if heads else None
+    r['header'] = header.group(0) if header else None
     rows = _nccl_rows(lines, coll == 'alltoall')
     if val and val.group(1) == '0':
         r['reasons'].append('correctness check switched off (-c 0 / validation: 0)')
     elif rows and all((w is None for row in rows for w in row['wrong'])):
         r['reasons'].append('correctness check switched off (#wrong column is N/A)')
     wrong = sum((w or 0 for row in rows for w in row['wrong']))
-    oob = [OOB.search(ln) for ln in lines if OOB.search(ln)]
+    oob = [m for ln in lines if 'Out of bounds' in ln for m in [OOB.search(ln)] if m]
     if oob and oob[-1].group(2) == 'FAILED':
         wrong = max(wrong, int(oob[-1].group(1)))
         r['reasons'].append(f'Out of bounds values : {oob[-1].group(1)} FAILED')
@@ -141,7 +190,7 @@ def parse_nccl_tests(text, lines):
     else:
         last = max(rows, key=lambda x: x['size'])
         r.update(max_size_bytes=last['size'], algbw=last['algbw'], busbw=last['busbw'])
-    if not oob or not any((AVG.search(ln) for ln in lines)):
+    if not oob or not any(('Avg bus bandwidth' in ln and AVG.search(ln) for ln in lines)):
         r['reasons'].append('never reached the summary lines (Out of bounds / Avg bus bandwidth)')
     if header:
         minb, maxb, step = (int(header.group(i)) for i in (2, 3, 4))
@@ -153,19 +202,19 @@ def parse_nccl_tests(text, lines):
             _stopped_short(r, r['max_size_bytes'], want)
     else:
         r['notes'].append('no nccl-tests header line: requested size range unknown')
-    _failures(lines, r)
+    _failures(text, r)
     return r
 
 def _stopped_short(r, reached, requested) -> None:
     r['reasons'].append(f'stopped at {reached} bytes, before the requested largest size {requested}')
 
-def parse_torch(lines):
+def parse_torch(text, lines):
     r = _new('torch_comm_bench')
-    head = next((TORCH_HEAD.search(ln) for ln in lines if TORCH_HEAD.search(ln)), None)
+    head = next((m for ln in lines if 'op=' in ln for m in [TORCH_HEAD.search(ln)] if m), None)
     nodes = int(head.group(3)) if head else None
     r['nodes'] = nodes
-    _transport(lines, r, nodes > 1 if nodes else None)
-    rows = [TORCH.match(ln) for ln in lines if TORCH.match(ln)]
+    _transport(text, r)
+    rows = [m for ln in lines if ' B ' in ln for m in [TORCH.match(ln)] if m]
     r['collective'] = rows[0].group(1) if rows else head.group(1) if head else None
     r['wrong'] = None
     if not rows:
@@ -177,14 +226,26 @@ def parse_torch(lines):
             _stopped_short(r, last.group(2), head.group(4))
     if not any((ln.startswith('# torch_comm_bench done') for ln in lines)):
         r['reasons'].append('never reached the summary line (# torch_comm_bench done)')
-    _failures(lines, r)
+    _failures(text, r)
     return r
 
-def parse_pingpong(lines):
+def _pp_provider(ln):
+    toks = ln.split()
+    at = next((i for i, t in enumerate(toks) if t.rsplit('/', 1)[-1] == 'fi_pingpong'), None)
+    if at is None:
+        return None
+    for i in range(at + 1, len(toks)):
+        t = toks[i]
+        if t in ('-p', '--provider') and i + 1 < len(toks):
+            return toks[i + 1]
+        if t.startswith('-p') and len(t) > 2 and t[2:].isalnum():
+            return t[2:]
+    return None
+
+def parse_pingpong(text, lines):
     r = _new('fi_pingpong')
-    m = next((PP_CMD.search(ln) for ln in lines if PP_CMD.search(ln)), None)
-    r['transport'] = m.group(1) if m else None
-    rows = [PP_ROW.match(ln) for ln in lines if PP_ROW.match(ln)]
+    r['transport'] = next((p for ln in lines if 'fi_pingpong' in ln for p in [_pp_provider(ln)] if p), None)
+    rows = [m for ln in lines if ln[:1].isdigit() for m in [PP_ROW.match(ln)] if m]
     if not rows:
         r['reasons'].append('no result rows: the client never completed a ping-pong')
     else:
@@ -192,10 +253,14 @@ def parse_pingpong(lines):
         r['latency_us'] = float(small.group(6))
         r['latency_size_bytes'] = _size(small.group(1))
         r['max_size_bytes'] = max((_size(x.group(1)) for x in rows))
-    errs = [mm.group(1).strip() for ln in lines for mm in [PP_ERR.search(ln)] if mm]
+    errs = []
+    for ln in lines:
+        m = PP_CALL.search(ln) if '()' in ln else None
+        if m and ('ret=' in ln[m.start():] or 'error' in ln[m.start():]) or 'o such file' in ln or 'o such device' in ln:
+            errs.append(ln[m.start():] if m else ln)
     if errs:
-        r['reasons'].append(f'fi_pingpong error: {errs[0][:160]}')
-    _failures(lines, r)
+        r['reasons'].append(f'fi_pingpong error: {errs[0].strip()[:160]}')
+    _failures(text, r)
     if r['transport'] is None:
         r['notes'].append('no fi_pingpong command line in the log: provider not shown')
     return r
@@ -203,56 +268,240 @@ def parse_pingpong(lines):
 def _new(tool):
     return {'file': None, 'tool': tool, 'verdict': None, 'transport': None, 'nics': None, 'max_size_bytes': None, 'busbw': None, 'algbw': None, 'wrong': 0, 'reasons': [], 'notes': []}
 
-def evaluate(text, expect_transport='any', expect_nics=None, min_busbw=None, min_algbw=None, max_latency_us=None, name=None):
-    lines = _lines(text)
-    if any(('usec/xfer' in ln for ln in lines)) or 'fi_pingpong' in text:
-        r = parse_pingpong(lines)
+def _banner(ln):
+    c = ln[:1]
+    if c == '#':
+        if ln.startswith('# nccl-tests version'):
+            return ('nccl-tests', 0)
+        if ln.startswith('# Collective test starting'):
+            return ('nccl-tests', 1)
+        if 'nThread' in ln and HEADER.search(ln):
+            return ('nccl-tests', 2)
+        if ln.startswith('# Using devices'):
+            return ('nccl-tests', 3)
+        if ln.startswith('# torch_comm_bench op='):
+            return ('torch_comm_bench', 1)
+    elif c == 'U' and ln == 'Using devices':
+        return ('nccl-tests', 3)
+    elif c == 'b' and ln.startswith('bytes') and ('usec/xfer' in ln):
+        return ('fi_pingpong', 1)
+    if 'fi_pingpong' in ln and any((t.rsplit('/', 1)[-1] == 'fi_pingpong' for t in ln.split())):
+        return ('fi_pingpong', 0)
+    if 'nThread' in ln and ln.startswith('nThread') and HEADER.search(ln):
+        return ('nccl-tests', 2)
+    return None
+
+def _is_body(tool, ln):
+    c = ln[:1]
+    if tool == 'nccl-tests':
+        return c.isdigit() or ('Rank' in ln and bool(RANKLINE.match(ln)))
+    if tool == 'torch_comm_bench':
+        return c == 'a' and bool(TORCH.match(ln))
+    return c.isdigit() and bool(PP_ROW.match(ln))
+
+def _is_end(ln):
+    return ln.startswith(('# Avg bus bandwidth', '# Collective test concluded', '# torch_comm_bench done')) or ln.startswith('Avg bus bandwidth')
+
+def _launches(ln):
+    for t in ln.split():
+        base = t.rsplit('/', 1)[-1]
+        if base.endswith('_perf'):
+            return 'nccl-tests'
+        if base in ('torch_comm_bench.py', 'torch_comm_bench'):
+            return 'torch_comm_bench'
+    return None
+
+def split_runs(lines):
+    runs, cur, pending = ([], None, None)
+    for i, ln in enumerate(lines):
+        c = ln[:1]
+        b = _banner(ln) if c in '#bUn' or 'fi_pingpong' in ln else None
+        if b:
+            tool, stage = b
+            same = cur is not None and cur['tool'] == tool and (not cur['body']) and (not cur['ended'])
+            if same and ln in cur['banners']:
+                continue
+            if not (same and stage > cur['stage']):
+                start = 0 if cur is None else pending if pending is not None else i
+                if cur is not None:
+                    cur['end'] = start
+                cur = {'tool': tool, 'start': start, 'body': False, 'ended': False, 'banners': set()}
+                runs.append(cur)
+                pending = None
+            cur['stage'] = stage
+            cur['banners'].add(ln)
+            continue
+        if cur is None or pending is not None:
+            continue
+        if c in '#A' and _is_end(ln):
+            cur['ended'] = True
+        elif (cur['ended'] or cur['body']) and ('_perf' in ln or 'torch_comm_bench' in ln) and _launches(ln):
+            pending = i
+        elif not cur['body'] and _is_body(cur['tool'], ln):
+            cur['body'] = True
+    if cur is None:
+        return [{'tool': _guess(lines), 'first': 1, 'last': max(len(lines), 1), 'lines': lines}]
+    cur['end'] = len(lines) if pending is None else pending
+    if pending is not None:
+        runs.append({'tool': _launches(lines[pending]), 'start': pending, 'end': len(lines)})
+    for run in runs:
+        run['lines'] = lines[run['start']:run['end']]
+        run['first'], run['last'] = (run['start'] + 1, max(run['end'], run['start'] + 1))
+    return runs
+
+def _guess(lines):
+    if any(('usec/xfer' in ln or 'fi_pingpong' in ln for ln in lines)):
+        return 'fi_pingpong'
+    if any(('torch_comm_bench' in ln or (ln[:1] == 'a' and TORCH.match(ln)) for ln in lines)):
+        return 'torch_comm_bench'
+    return 'nccl-tests'
+
+def _alone(runs):
+    comms, solo_init, multi_init = ({}, {}, False)
+    for run in runs:
+        if run['tool'] != 'nccl-tests':
+            continue
+        key = run['result'].get('header')
+        cs = _ranks(run['lines'])
+        comms.setdefault(key, []).append(cs)
+        for ln in run['lines']:
+            if 'nranks' in ln and 'NCCL INFO' in ln:
+                m, proc = (NRANKS.search(ln), _nccl_proc(ln))
+                if m and proc and (m.group(1) == '1'):
+                    solo_init.setdefault(key, set()).add(proc)
+                elif m and m.group(1) != '1':
+                    multi_init = True
+    alone = {}
+    for key, per_run in comms.items():
+        cs = [c for run_cs in per_run for c in run_cs]
+        procs = {(c[0][2], c[0][1]) for c in cs}
+        hosts = {e[2] for c in cs for e in c}
+        one_rank = len(cs) > 1 and all((len(c) == 1 for c in cs))
+        interleaved = any((len(rc) > 1 and len({e[2] for c in rc for e in c}) > 1 and all((len({e[1] for e in c}) == 1 for c in rc)) for rc in per_run))
+        if len(procs) > 1 and (one_rank or interleaved):
+            alone[key] = (len(procs), len(hosts))
+    for key, procs in solo_init.items():
+        if key not in alone and len(procs) > 1 and (not multi_init):
+            alone[key] = (len(procs), len({h for h, _ in procs}))
+    return alone
+
+def _floor(name, value):
+    if value is not None and (not (isinstance(value, (int, float)) and math.isfinite(value) and (value > 0))):
+        raise ValueError(f'{name} must be a finite positive number, got {value!r}')
+    return value
+
+def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_latency_us, catalog):
+    lines = run['lines']
+    tool = run['tool']
+    if expect_transport is None:
+        expect_transport = catalog['expect_transport'] if catalog else 'any'
+    if tool == 'fi_pingpong':
+        r = parse_pingpong(text, lines)
+        if max_latency_us is None and catalog:
+            max_latency_us = catalog['pingpong_max_latency_us']
         lat = r.get('latency_us')
         if max_latency_us is not None and lat is not None and (lat > max_latency_us):
             r['reasons'].append(f"latency {lat} us at {r['latency_size_bytes']} B above {max_latency_us} us")
         if expect_transport != 'any' and r['transport'] and (r['transport'] != expect_transport):
             r['reasons'].append(f"provider {r['transport']}, expected {expect_transport}")
-    else:
-        torch = 'torch_comm_bench' in text or any((TORCH.match(ln) for ln in lines))
-        r = parse_torch(lines) if torch else parse_nccl_tests(text, lines)
-        _check_transport(r, expect_transport, expect_nics)
-        size = r['max_size_bytes']
-        for key, floor in (('busbw', min_busbw), ('algbw', min_algbw)):
-            if floor is not None and r[key] is not None and (r[key] < floor):
-                r['reasons'].append(f'{key} {r[key]} GB/s at {size} bytes below {floor} GB/s')
-    r['file'] = name
-    r['verdict'] = 'NO-GO' if r['reasons'] else 'GO'
+        return r
+    r = parse_torch(text, lines) if tool == 'torch_comm_bench' else parse_nccl_tests(text, lines)
+    if catalog:
+        key = {'all_reduce': 'all_reduce_min_algbw', 'alltoall': 'alltoall_min_algbw'}.get('alltoall' if r.get('collective') == 'all_to_all' else r.get('collective'))
+        if min_algbw is None and key:
+            min_algbw = catalog[key]
+        if expect_nics is None:
+            expect_nics = catalog['expect_nics']
+    _check_transport(r, expect_transport, expect_nics)
+    size = r['max_size_bytes']
+    for key, floor in (('busbw', min_busbw), ('algbw', min_algbw)):
+        if floor is not None and r[key] is not None and (r[key] < floor):
+            r['reasons'].append(f'{key} {r[key]} GB/s at {size} bytes below {floor} GB/s')
     return r
+
+def evaluate(text, expect_transport=None, expect_nics=None, min_busbw=None, min_algbw=None, max_latency_us=None, name=None, instance_type=None):
+    for key, value in (('min_busbw', min_busbw), ('min_algbw', min_algbw), ('max_latency_us', max_latency_us)):
+        _floor(key, value)
+    if expect_nics is not None and (not isinstance(expect_nics, int) or expect_nics < 0):
+        raise ValueError(f'expect_nics must be a count of NICs (0: no expectation), got {expect_nics!r}')
+    catalog = None
+    if instance_type is not None:
+        if instance_type not in INSTANCE_TYPES:
+            raise ValueError(f"unknown instance type {instance_type!r}; known: {', '.join(INSTANCE_TYPES)}")
+        catalog = thresholds(*INSTANCE_TYPES[instance_type])
+    lines = [_strip(raw) for raw in text.splitlines()]
+    runs = split_runs(lines)
+    seen = {}
+    for run in runs:
+        seen[run['tool']] = seen.get(run['tool'], 0) + 1
+        run['ordinal'] = seen[run['tool']]
+        body = '\n'.join(run['lines'])
+        run['result'] = _judge(run, body, expect_transport, expect_nics, min_busbw, min_algbw, max_latency_us, catalog)
+    alone = _alone(runs)
+    for run in runs:
+        r = run['result']
+        if run['tool'] == 'nccl-tests' and r.get('header') in alone:
+            procs, hosts = alone[r['header']]
+            r['reasons'].insert(0, f'{ALONE_REASON} ({procs} processes, each its own communicator, on {hosts} host(s))')
+        r['run'] = f"{run['tool']} #{run['ordinal']} (lines {run['first']}-{run['last']})"
+        r['lines'] = [run['first'], run['last']]
+        r['file'] = name
+        r['verdict'] = 'NO-GO' if r['reasons'] else 'GO'
+    results = [run['result'] for run in runs]
+    deciding = next((r for r in results if r['verdict'] == 'NO-GO'), results[-1])
+    out = dict(deciding)
+    many = len(results) > 1
+    out['reasons'] = [f"{r['run']}: {x}" if many else x for r in results for x in r['reasons']]
+    out['notes'] = [f"{r['run']}: {x}" if many else x for r in results for x in r['notes']]
+    out['runs'] = [dict(r) for r in results]
+    out['verdict'] = 'NO-GO' if out['reasons'] else 'GO'
+    return out
+
+def _positive(kind):
+
+    def parse(value):
+        try:
+            x = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'{value!r} is not a number') from None
+        if not (math.isfinite(x) and x > 0):
+            raise argparse.ArgumentTypeError(f'{value!r} is not a finite positive number')
+        return x
+    parse.__name__ = f'positive {kind.__name__}'
+    return parse
 
 def main(argv=None):
     p = argparse.ArgumentParser(description='GO / NO-GO verdicts for validation logs')
-    p.add_argument('--expect-transport', choices=('efa', 'ib', 'any'), default='any')
-    p.add_argument('--expect-nics', type=int)
-    p.add_argument('--min-busbw', type=float, help='GB/s at the largest size')
-    p.add_argument('--min-algbw', type=float, help='GB/s at the largest size')
-    p.add_argument('--max-latency-us', type=float, help='fi_pingpong, smallest size')
+    p.add_argument('--instance-type', choices=sorted(INSTANCE_TYPES), help="apply this instance type's catalog floors (EFA, NIC count, algbw, latency)")
+    p.add_argument('--expect-transport', choices=('efa', 'ib', 'any'), help="default: the instance type's, else any")
+    p.add_argument('--expect-nics', type=_positive(int))
+    p.add_argument('--min-busbw', type=_positive(float), help='GB/s at the largest size')
+    p.add_argument('--min-algbw', type=_positive(float), help='GB/s at the largest size')
+    p.add_argument('--max-latency-us', type=_positive(float), help='fi_pingpong, smallest size')
     p.add_argument('--json', action='store_true', help='one JSON object per line only')
     p.add_argument('logs', nargs='+', metavar='LOG')
     a = p.parse_args(argv)
-    ok = True
+    status = 0
     for path in a.logs:
         try:
             with open(path, encoding='utf-8', errors='replace') as f:
                 text = f.read()
         except OSError as e:
-            text, err = ('', str(e))
+            r = _new(None)
+            r.update(file=path, verdict='NO-GO', reasons=[f'cannot read log: {e}'], runs=[])
+            status = 3
         else:
-            err = None
-        r = evaluate(text, a.expect_transport, a.expect_nics, a.min_busbw, a.min_algbw, a.max_latency_us, name=path)
-        if err:
-            r['verdict'], r['reasons'] = ('NO-GO', [f'cannot read log: {err}'])
-        ok = ok and r['verdict'] == 'GO'
+            r = evaluate(text, a.expect_transport, a.expect_nics, a.min_busbw, a.min_algbw, a.max_latency_us, name=path, instance_type=a.instance_type)
+            if r['verdict'] != 'GO' and status == 0:
+                status = 1
         print(json.dumps(r, sort_keys=True))
         if not a.json:
+            for run in r['runs']:
+                print(f"  {run['verdict']}: {run['run']}", file=sys.stderr)
             for why in r['reasons']:
                 print(f'  NO-GO: {why}', file=sys.stderr)
             for note in r['notes']:
                 print(f'  note: {note}', file=sys.stderr)
-    return 0 if ok else 1
+    return status
 if __name__ == '__main__':
     sys.exit(main())
