@@ -1019,6 +1019,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def close_event_loops() -> None:
+    """Close the event loops the mocked run left open, before interpreter exit.
+
+    A program refused half-way (a RunError from a registration callback) leaves a loop
+    open with tasks pending; at exit the garbage collector may close the loop's self-pipe
+    socket before the loop itself, whose finalizer then prints an "Exception ignored ...
+    Invalid file descriptor: -1" traceback: noise on a clean refusal. Closing every open
+    loop here, while its sockets are still intact, leaves nothing to finalize.
+    """
+    import asyncio
+    import gc
+
+    for obj in gc.get_objects():
+        if isinstance(obj, asyncio.AbstractEventLoop) and not obj.is_closed() and not obj.is_running():
+            for task in asyncio.all_tasks(obj):
+                task.cancel()
+            obj.close()
+
+
 if __name__ == "__main__":
     os.environ.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
-    sys.exit(main())
+    code = main()
+    close_event_loops()
+    sys.exit(code)

@@ -168,6 +168,18 @@ def test_replacing_edit_exits_with_the_guard_line(tmp_path):
     assert "fsx.allow_replace: true" in line
 
 
+def test_a_refusal_inside_the_program_leaves_no_exit_time_traceback(tmp_path):
+    """A RunError raised while resources register leaves the mocked run's event loop open;
+    closed at exit by the garbage collector it printed "Exception ignored ... Invalid file
+    descriptor" with a traceback, on some runs (GC order). Several fresh processes, each
+    exactly the one refusal line."""
+    for _ in range(4):
+        proc = _render(tmp_path, "--set", "network.subnet_id=subnet-0ffffffffffffffff")
+        assert proc.returncode == 2
+        assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 def test_bad_config_exits_with_path_lines(tmp_path):
     proc = _render(tmp_path, "--set", "capacity.nodes=3", "--set", "fsx.storage_capacity_gib=1300")
     assert proc.returncode == 2

@@ -13,9 +13,9 @@ at boot, so every node of a template gets the same bytes, whatever the node coun
 
 EC2 takes at most 16384 bytes of user data before base64 [EC2-UD]. The node files
 (boot scripts, Slurm files, the validation gate's stdlib Python) compress to about
-36 KB, twice that limit, so they always travel as `s3_payload` (sha256, deterministic
+52 KB, over three times that limit, so they always travel as `s3_payload` (sha256, deterministic
 tar.gz): the program uploads it to `payload_uri`, and the user data, which carries only
-cluster.env and the fetcher (about 2.7 KB), fetches it with the instance role, checks
+cluster.env and the fetcher (about 3.3 KB), fetches it with the instance role, checks
 the sha256 and unpacks it before booting.
 """
 
