@@ -76,6 +76,19 @@ PROGRAM_ACTIONS: dict[str, list[str]] = {
     "aws:ec2/getRouteTable:getRouteTable": ["ec2:DescribeRouteTables"],
     "aws:ec2/getVpc:getVpc": ["ec2:DescribeVpcs", "ec2:DescribeVpcAttribute", "ec2:DescribeRouteTables"],
     "aws:ec2/getAmi:getAmi": ["ec2:DescribeImages"],
+    # the stack's own account names its ECR registry (containers.ecr: true)
+    "aws:index/getCallerIdentity:getCallerIdentity": ["sts:GetCallerIdentity"],
+    # --- containers: a stack secret stored as an SSM SecureString for the nodes ------
+    "aws:ssm/parameter:Parameter": [
+        "ssm:PutParameter",
+        "ssm:GetParameter",
+        "ssm:GetParameters",
+        "ssm:DescribeParameters",
+        "ssm:DeleteParameter",
+        "ssm:AddTagsToResource",
+        "ssm:RemoveTagsFromResource",
+        "ssm:ListTagsForResource",
+    ],
     # --- created VPC (no network.subnet_id) -----------------------------------------
     "aws:ec2/vpc:Vpc": [
         "ec2:CreateVpc",
@@ -291,8 +304,21 @@ def _variants() -> dict[str, tuple[dict, str]]:
         "backup_retention_days": 0,  # FSx backs up no linked file system
         "allow_no_backups": True,
     }
+    # private registries (ECR of this account, an NGC login from a stack secret) and the
+    # node extension points (an extra managed policy, inline statements, a hook)
+    extended = copy.deepcopy(dev)
+    extended["containers"] = {
+        "ecr": True,
+        "registry_credentials": [{"registry": "nvcr.io", "kind": "stack", "secret": "ngc", "login": "$oauthtoken"}],
+    }
+    extended["node_iam"] = {
+        "managed_policy_arns": ["arn:aws:iam::aws:policy/AmazonS3ReadOnlyAccess"],
+        "statements": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::my-training-data/*"}],
+    }
+    extended["hooks"] = {"on_node_ready": {"script": "#!/bin/sh\ntrue\n"}}
     return {
         "dev": (dev, dev_region),
+        "dev with private registries and node extensions": (extended, dev_region),
         "prod": (prod, prod_region),
         "on-demand, created VPC": (on_demand, prod_region),
         "PERSISTENT_1 with an S3 import path": (legacy, prod_region),
@@ -304,7 +330,7 @@ def rendered() -> dict[str, tuple[set[str], set[str]]]:
     """variant -> (resource types, invoke tokens) of its plan."""
     out = {}
     for name, (raw, region) in _variants().items():
-        mocks, *_ = run_under_mocks(raw, region)
+        mocks, *_ = run_under_mocks(raw, region, secrets={"gpu-cluster:registry_password_ngc": "not-a-real-key"})
         out[name] = ({r["type"] for r in mocks.resources if r["custom"]}, {c["token"] for c in mocks.calls})
     return out
 
@@ -457,6 +483,18 @@ def test_iam_writes_are_scoped_to_the_node_role_and_service_linked_roles(policy)
                 assert st["Condition"] == {
                     "ArnEquals": {"iam:PolicyARN": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
                 }
+
+
+def test_ssm_writes_are_scoped_to_the_stacks_own_parameters(policy):
+    """The deployer writes only the parameters the program names (`/gpu-cluster/<cluster>/
+    registry/<secret>`, model/registries.py); DescribeParameters has no resource scope."""
+    from model.registries import stack_parameter_name
+
+    for st in policy["Statement"]:
+        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+        if "ssm:PutParameter" in actions:
+            assert st["Resource"] == "arn:aws:ssm:*:*:parameter/gpu-cluster/*"
+            assert fnmatch.fnmatchcase("parameter" + stack_parameter_name("dev", "ngc"), "parameter/gpu-cluster/*")
 
 
 # --- ops: record what the commands call ----------------------------------------------------
