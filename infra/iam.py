@@ -22,7 +22,7 @@ import pulumi_aws as aws
 
 from infra.component import Component
 from model.config import SSM_CORE_POLICY_ARN
-from model.registries import RegistryAccess
+from model.registries import RegistryAccess, registry_policy_document
 
 EC2_ASSUME_ROLE_POLICY = json.dumps(
     {
@@ -62,42 +62,10 @@ def attachment_names(name: str, arns: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-# Pulling an image from ECR: the token (registry level, no resource-level permission, so
-# Resource "*") and the three per-repository read actions [ECR-AUTH] [ECR-IAM].
-ECR_TOKEN_ACTION = "ecr:GetAuthorizationToken"
-ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
-
-
 def registry_read_policy(access: RegistryAccess) -> str:
-    """ECR pulls from the listed registries and reads of exactly the named registry secrets.
-
-    No kms:Decrypt: SecureString parameters and secrets encrypted with the AWS managed
-    keys (aws/ssm, aws/secretsmanager) are decrypted through the service for any
-    principal of the account allowed to read them [SSM-KMS] [SM-KMS]; a customer
-    managed key needs a grant of its own (docs/images.md).
-    """
-    statements: list[dict] = []
-    if access.ecr_hosts:
-        statements.append({"Sid": "EcrToken", "Effect": "Allow", "Action": ECR_TOKEN_ACTION, "Resource": "*"})
-        statements.append(
-            {
-                "Sid": "EcrPull",
-                "Effect": "Allow",
-                "Action": ECR_PULL_ACTIONS,
-                "Resource": list(access.ecr_repository_arns),
-            }
-        )
-    ssm = sorted({c.arn for c in access.credentials if c.kind == "ssm"})
-    if ssm:
-        statements.append(
-            {"Sid": "RegistryParameters", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": ssm}
-        )
-    sm = sorted({c.arn for c in access.credentials if c.kind == "secretsmanager"})
-    if sm:
-        statements.append(
-            {"Sid": "RegistrySecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": sm}
-        )
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+    """The node role's inline policy for `containers` (model/registries.py builds it, so
+    the config can check its size against IAM's limit before anything is created)."""
+    return json.dumps(registry_policy_document(access), sort_keys=True)
 
 
 @dataclass

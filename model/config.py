@@ -580,6 +580,38 @@ def _node_iam_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
     return problems
 
 
+def _inline_policy_problems(cfg: ClusterConfig, found: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """All inline policies of the node role share IAM's 10,240 characters [IAM-QUOTAS]:
+    the program's own (payload read, within PROGRAM_INLINE_POLICY_RESERVE), the
+    `containers` policy (model/registries.py) and node_iam.statements. Checked here, not
+    when IAM refuses the role policy after the network and FSx exist."""
+    if not cfg.containers.enabled or any(path.startswith(_loc_to_path(("containers",))) for path, _ in found):
+        return []
+    from model.registries import registry_access, registry_policy_document
+
+    region = aws_rules.az_region(cfg.network.availability_zone)
+    if region is None:
+        return []  # reported as an AZ problem
+    # Any 12-digit account gives the same length as the stack's own.
+    access = registry_access(cfg.containers, region, "123456789012", cfg.name)
+    assert access is not None  # containers.enabled
+    registries = iam_policy_chars(registry_policy_document(access))
+    statements = iam_policy_chars(node_iam_policy(cfg.node_iam.statements)) if cfg.node_iam.statements else 0
+    total = PROGRAM_INLINE_POLICY_RESERVE + registries + statements
+    if total <= IAM_ROLE_INLINE_POLICY_CHARS:
+        return []
+    return [
+        (
+            _loc_to_path(("containers",)),
+            f"the node role's inline policies come to about {total} characters (the registries' policy "
+            f"{registries}, node_iam.statements {statements}, the program's own up to "
+            f"{PROGRAM_INLINE_POLICY_RESERVE}); IAM takes {IAM_ROLE_INLINE_POLICY_CHARS} for all inline policies "
+            "of a role: list fewer registries or secrets (one Secrets Manager secret can hold a login), or move "
+            "node_iam.statements into a customer managed policy (node_iam.managed_policy_arns)",
+        )
+    ]
+
+
 def node_iam_policy(statements: tuple[PolicyStatement, ...]) -> dict[str, Any]:
     """The inline policy document made of node_iam.statements."""
     return {"Version": "2012-10-17", "Statement": [s.document() for s in statements]}
@@ -1140,6 +1172,7 @@ def _semantic_errors(cfg: ClusterConfig) -> list[tuple[str, str]]:
     problems += _gp3_problems(cfg)
     problems += _tag_problems(cfg)
     problems += _node_iam_problems(cfg)
+    problems += _inline_policy_problems(cfg, problems)
     return problems
 
 

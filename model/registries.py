@@ -126,3 +126,41 @@ def needs_account(containers: ContainersConfig) -> bool:
     if containers.ecr and any(not ECR_HOST.match(e) for e in containers.ecr):
         return True
     return any(c.kind == "stack" or not c.secret.startswith("arn:") for c in containers.registry_credentials)
+
+
+# Pulling an image from ECR: the token (registry level, no resource-level permission, so
+# Resource "*") and the three per-repository read actions [ECR-AUTH] [ECR-IAM].
+ECR_TOKEN_ACTION = "ecr:GetAuthorizationToken"
+ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+
+
+def registry_policy_document(access: RegistryAccess) -> dict:
+    """ECR pulls from the listed registries and reads of exactly the named registry secrets.
+
+    No kms:Decrypt: SecureString parameters and secrets encrypted with the AWS managed
+    keys (aws/ssm, aws/secretsmanager) are decrypted through the service for any
+    principal of the account allowed to read them [SSM-KMS] [SM-KMS]; a customer
+    managed key needs a grant of its own (docs/images.md).
+    """
+    statements: list[dict] = []
+    if access.ecr_hosts:
+        statements.append({"Sid": "EcrToken", "Effect": "Allow", "Action": ECR_TOKEN_ACTION, "Resource": "*"})
+        statements.append(
+            {
+                "Sid": "EcrPull",
+                "Effect": "Allow",
+                "Action": ECR_PULL_ACTIONS,
+                "Resource": list(access.ecr_repository_arns),
+            }
+        )
+    ssm = sorted({c.arn for c in access.credentials if c.kind == "ssm"})
+    if ssm:
+        statements.append(
+            {"Sid": "RegistryParameters", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": ssm}
+        )
+    sm = sorted({c.arn for c in access.credentials if c.kind == "secretsmanager"})
+    if sm:
+        statements.append(
+            {"Sid": "RegistrySecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": sm}
+        )
+    return {"Version": "2012-10-17", "Statement": statements}

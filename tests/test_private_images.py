@@ -54,6 +54,34 @@ def _problems(containers) -> list[tuple[str, str]]:
 # --- config ------------------------------------------------------------------------------
 
 
+def _secrets(n: int, name_len: int = 200) -> list[dict]:
+    return [
+        {"registry": f"r{i}.example.com", "kind": "secretsmanager", "secret": "s" * name_len + str(i)} for i in range(n)
+    ]
+
+
+def test_role_inline_policies_over_iams_limit_are_refused_up_front():
+    """The registries' policy shares IAM's 10,240 characters per role with the program's own
+    and node_iam.statements: too many long secret names is a config problem, not a
+    LimitExceeded from IAM after the network and FSx exist."""
+    (problem,) = _problems({"ecr": True, "registry_credentials": _secrets(40)})
+    assert problem[0] == R
+    assert problem[1].startswith("the node role's inline policies come to about ")
+    assert "IAM takes 10240 for all inline policies of a role" in problem[1]
+    parse_config(_raw(ecr=True, registry_credentials=_secrets(5)))  # a normal list fits
+
+
+def test_role_inline_policies_count_node_iam_statements_too():
+    raw = _raw(ecr=True, registry_credentials=_secrets(12))
+    parse_config(raw)  # fits alone
+    resources = [f"arn:aws:s3:::bucket-{i:03d}-" + "d" * 40 + "/*" for i in range(110)]
+    raw["node_iam"] = {"statements": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": resources}]}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    ((path, message),) = err.value.problems
+    assert path == R and "node_iam.statements" in message
+
+
 @pytest.mark.parametrize(
     "containers, path, fragment",
     [
