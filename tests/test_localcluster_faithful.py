@@ -52,6 +52,9 @@ def cluster(request):
     try:
         lc.up(NODES, timeout=300)
         supervisors = [n.init_pid for n in lc.c.nodes.values()]
+        # The controller submits the first-boot gate once every node is idle; its container
+        # step holds both nodes for a while. The cluster is ready when the gate is done.
+        assert lc.validation_job(timeout=300) is not None, "first-boot validation job did not finish"
         yield lc
     except BaseException:
         print("\n".join(lines))

@@ -372,3 +372,22 @@ def test_host_inotify_limit_is_raised_for_many_machines_and_never_lowered(tmp_pa
     said = machine.ensure_inotify(machines)
     assert knob.read_text() == after
     assert (said is None) == (have == after)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
+def test_propagation_dir_does_not_stack_mounts_across_starts(tmp_path, monkeypatch):
+    """Each start of a machine name used to bind its propagation directory onto itself
+    again (os.path.ismount cannot see a same-device self-bind), and a shared self-bind on
+    old ones is copied to every peer: the mounts doubled per start until boots took
+    minutes. One mount after any number of starts; none after forget."""
+    monkeypatch.setattr(machine, "PROPAGATE", tmp_path)
+    d = tmp_path / "ip-10-99-0-11"
+    try:
+        for _ in range(4):
+            machine.share_propagation("ip-10-99-0-11")
+            assert machine.mounts_at(d) == 1
+        machine.forget("ip-10-99-0-11")
+        assert machine.mounts_at(d) == 0
+        assert not d.exists()
+    finally:
+        machine.detach_all(d)
