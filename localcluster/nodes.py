@@ -207,10 +207,8 @@ class Cluster:
         return serial, ip, hostname, instance_id
 
     # ---- nodes ---------------------------------------------------------------------
-    def create_node(
-        self, role: str, files: dict[str, tuple[bytes, int, str]], *, fsx: bool = True, tags: dict[str, str], az: str
-    ) -> Node:
-        """Namespaces, mounts and files of a fresh node; IMDS running; boot not started."""
+    def _register_node(self, role: str, *, fsx: bool, lane: str = "namespace") -> Node:
+        """A new node's identity (serial, address, name, instance id), recorded in the state."""
         self.ensure_network()
         self.fsx_dir.mkdir(parents=True, exist_ok=True)
         serial, ip, hostname, instance_id = self._new_identity(role)
@@ -225,10 +223,18 @@ class Cluster:
             veth=f"gcl{self.name}{serial}"[:15],
             dir=str(self.root / "nodes" / hostname),
             fsx=fsx,
+            lane=lane,
         )
         with self.lock:
             self.nodes[hostname] = node
         self.save()
+        return node
+
+    def create_node(
+        self, role: str, files: dict[str, tuple[bytes, int, str]], *, fsx: bool = True, tags: dict[str, str], az: str
+    ) -> Node:
+        """Namespaces, mounts and files of a fresh node; IMDS running; boot not started."""
+        node = self._register_node(role, fsx=fsx)
         node.path.mkdir(parents=True, exist_ok=True)
         self._make_netns(node)
         node.cgroups = self._make_cgroups(node)
@@ -254,38 +260,20 @@ class Cluster:
         ro_binds: list[str],
     ) -> Node:
         """A whole machine (machine.py) in a fresh network namespace, booting; IMDS running."""
-        self.ensure_network()
-        self.fsx_dir.mkdir(parents=True, exist_ok=True)
-        serial, ip, hostname, instance_id = self._new_identity(role)
-        node = Node(
-            cluster=self.name,
-            serial=serial,
-            ip=ip,
-            hostname=hostname,
-            instance_id=instance_id,
-            role=role,
-            netns=f"gcl-{self.name}-{serial}",
-            veth=f"gcl{self.name}{serial}"[:15],
-            dir=str(self.root / "nodes" / hostname),
-            fsx=fsx,
-            lane=lane,
-        )
-        with self.lock:
-            self.nodes[hostname] = node
-        self.save()
+        node = self._register_node(role, fsx=fsx, lane=lane)
         node.path.mkdir(parents=True, exist_ok=True)
         self._make_netns(node)
         imds_ready = self._start_imds(node, tags, az)
         root = machine.mount_root(node.path, base)
-        machine.seed_root(root, user_data=user_data, instance_id=instance_id, hostname=hostname, swaps=swaps)
+        machine.seed_root(root, user_data=user_data, instance_id=node.instance_id, hostname=node.hostname, swaps=swaps)
         for path, (content, mode, owner) in files.items():  # test faults only (e.g. a wrong key)
             machine.put(root, path, content, mode, owner)
-        node.cgroups = machine.make_cgroups(f"gcl-{self.name}-{hostname}")
+        node.cgroups = machine.make_cgroups(f"gcl-{self.name}-{node.hostname}")
         binds = [(p, p, True) for p in ro_binds]
         if fsx:
             binds.append((str(self.fsx_dir), "/fsx", False))
         (node.path / "nspawn.json").write_text(
-            json.dumps(machine.nspawn_argv(root, hostname, NETNS_DIR / node.netns, binds))
+            json.dumps(machine.nspawn_argv(root, node.hostname, NETNS_DIR / node.netns, binds))
         )
         imds_ready()
         self.power_on(node)

@@ -350,3 +350,35 @@ class SlurmTestCluster:
                     proc.kill()
                     proc.wait(timeout=5)
         self.procs.clear()
+
+
+def start_host_cluster(layout: SlurmLayout, name: str, conf_edit=None) -> SlurmTestCluster:
+    """A one-node cluster from our rendered Slurm files (this host as controller and node,
+    partition `train`, MaxNodeCount 8), munged, slurmctld and slurmd started and the node
+    registered. `conf_edit(text) -> text` changes slurm.conf before it is localized."""
+    from tests.node_shell import fill_placeholders
+    from userdata import layout as node_layout
+    from userdata import slurm_conf as sc
+
+    spec = host_profile_spec()
+    files = sc.render_slurm_files(name, "train", spec, cgroup_plugin=host_cgroup_plugin())
+    conf = fill_placeholders(
+        files[node_layout.SLURM_CONF_TEMPLATE],
+        {"CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8},
+    )
+    if conf_edit is not None:
+        conf = conf_edit(conf)
+    c = SlurmTestCluster(layout)
+    c.write_configs(
+        {
+            "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
+            "cgroup.conf": files["/etc/slurm/cgroup.conf"],
+            "gres.conf": files["/etc/slurm/gres.conf"],
+            "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
+        }
+    )
+    c.start_munged()
+    c.start_slurmctld()
+    c.start_slurmd(fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"}))
+    c.wait_node_state(host_short_name())
+    return c

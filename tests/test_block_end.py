@@ -23,22 +23,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.node_shell import fill_placeholders
 from tests.slurm_harness import (
     SlurmLayout,
     SlurmTestCluster,
-    free_port,
-    host_cgroup_plugin,
-    host_profile_spec,
     host_short_name,
-    localize_plugstack_conf,
-    localize_slurm_conf,
     missing_prerequisites,
+    start_host_cluster,
     wait_for,
 )
 from tests.test_boot_entrypoint import IDENTITY, Sandbox, _identity_boot, _Imds, needs_root
-from userdata import layout as node_layout
-from userdata import slurm_conf as sc
 
 LIB = Path(__file__).resolve().parent.parent / "userdata/templates/boot/lib"
 BLOCK_END = LIB / "block-end.sh"
@@ -231,29 +224,13 @@ def test_identity_refuses_a_block_end_that_is_not_a_time(box, imds, monkeypatch)
 @pytest.fixture
 def cluster(tmp_path):
     layout = SlurmLayout(tmp_path / "slurm")
-    spec = host_profile_spec()
-    files = sc.render_slurm_files("blockend", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = fill_placeholders(
-        files[node_layout.SLURM_CONF_TEMPLATE],
-        {"CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8},
-    )
-    # A silent node is marked not responding within seconds instead of minutes.
-    assert "\nSlurmdTimeout=300\n" in conf
-    conf = conf.replace("\nSlurmdTimeout=300\n", "\nSlurmdTimeout=10\n")
-    c = SlurmTestCluster(layout)
-    c.write_configs(
-        {
-            "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
-            "cgroup.conf": files["/etc/slurm/cgroup.conf"],
-            "gres.conf": files["/etc/slurm/gres.conf"],
-            "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
-        }
-    )
-    c.start_munged()
-    c.start_slurmctld()
-    line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
-    c.start_slurmd(line)
-    c.wait_node_state(host_short_name())
+
+    def fast_timeout(conf: str) -> str:
+        # A silent node is marked not responding within seconds instead of minutes.
+        assert "\nSlurmdTimeout=300\n" in conf
+        return conf.replace("\nSlurmdTimeout=300\n", "\nSlurmdTimeout=10\n")
+
+    c = start_host_cluster(layout, "blockend", conf_edit=fast_timeout)
     yield c
     c.run("scancel", "--user=root", check=False)
     c.stop()

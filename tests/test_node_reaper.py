@@ -11,20 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.node_shell import fill_placeholders
 from tests.slurm_harness import (
     SlurmLayout,
     SlurmTestCluster,
-    free_port,
-    host_cgroup_plugin,
-    host_profile_spec,
     host_short_name,
-    localize_plugstack_conf,
-    localize_slurm_conf,
     missing_prerequisites,
+    start_host_cluster,
 )
-from userdata import layout as node_layout
-from userdata import slurm_conf as sc
 
 _why = missing_prerequisites()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_why is not None, reason=_why or "")]
@@ -47,26 +40,7 @@ def _nodes(cluster: SlurmTestCluster) -> set[str]:
 @pytest.fixture
 def cluster(tmp_path):
     layout = SlurmLayout(tmp_path)
-    spec = host_profile_spec()
-    files = sc.render_slurm_files("reaper", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = fill_placeholders(
-        files[node_layout.SLURM_CONF_TEMPLATE],
-        {"CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8},
-    )
-    c = SlurmTestCluster(layout)
-    c.write_configs(
-        {
-            "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
-            "cgroup.conf": files["/etc/slurm/cgroup.conf"],
-            "gres.conf": files["/etc/slurm/gres.conf"],
-            "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
-        }
-    )
-    c.start_munged()
-    c.start_slurmctld()
-    line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
-    c.start_slurmd(line)
-    c.wait_node_state(host_short_name())
+    c = start_host_cluster(layout, "reaper")
     yield c
     c.stop()
 
