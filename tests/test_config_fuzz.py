@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.plan import main
 from model.config import ROOT, ConfigError, parse_config
+from offline.plan import main
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ_SEED = 20261201

@@ -14,7 +14,7 @@ from model.config import DLAMI_SSM_PARAMETER, FsxIdentity, parse_config
 from model.fsx_identity import fsx_identity
 from ops.cli import main
 from ops.fsx import LIVE_FIELDS
-from ops.stackfile import scalar, set_key
+from stackfile.edit import scalar, set_key
 from tests.ops_stubs import NOW, Aws, FakeClock, context
 from tests.test_ops_preflight import AMI, CR, IMAGE, STACK, block, stub_account, write_stack
 

@@ -1,10 +1,10 @@
 """Review diff: what a change does to every stack, offline, for a pull request.
 
-    python -m infra.review --base <ref> [--format text|markdown] [--out FILE] [--stack NAME ...]
+    python -m offline.review --base <ref> [--format text|markdown] [--out FILE] [--stack NAME ...]
     make diff BASE=<ref> [FORMAT=markdown] [OUT=FILE]
 
 Renders every stack (each `Pulumi.<stack>.yaml` at either revision) twice with the
-offline plan writer (`python -m infra.plan`, Pulumi mocks, no cloud credentials): once
+offline plan writer (`python -m offline.plan`, Pulumi mocks, no cloud credentials): once
 from the base revision, extracted with `git archive` into a temporary directory (the
 base may have different code, so it runs in its own process from its own tree; the
 user's checkout is never touched), and once from the working tree as it is, uncommitted
@@ -336,13 +336,25 @@ class Render:
     error: str | None = None
 
 
+# The plan writer's module at a revision: revisions from before the offline tools left
+# infra/ have it as infra/plan.py, and a base is rendered with its own code.
+PLAN_MODULES = (("offline/plan.py", "offline.plan"), ("infra/plan.py", "infra.plan"))
+
+
+def plan_module(tree: Path) -> str:
+    for path, module in PLAN_MODULES:
+        if (tree / path).is_file():
+            return module
+    return PLAN_MODULES[0][1]  # neither: the run fails and the report shows why
+
+
 def render(tree: Path, stack: str, out: Path) -> Render:
-    """`python -m infra.plan` from `tree`, in its own process: that tree's code, not ours."""
+    """`python -m offline.plan` from `tree`, in its own process: that tree's code, not ours."""
     env = {**os.environ, "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true"}
     env.pop("PYTHONPATH", None)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "infra.plan", "--stack", stack, "--out", str(out)],
+            [sys.executable, "-m", plan_module(tree), "--stack", stack, "--out", str(out)],
             cwd=tree,
             capture_output=True,
             text=True,
@@ -401,7 +413,7 @@ def _custom(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _mock_id(r: dict[str, Any]) -> str | None:
     """The id the plan writer's mocks gave `r` (what other resources' inputs carry)."""
-    from infra import plan as planmod
+    from offline import mocks as planmod
 
     typ, name, inputs = r["type"], r["name"], r.get("inputs") or {}
     if typ == FSX_TYPE:
@@ -654,7 +666,9 @@ def _stack_report(stack: str, b: Render | None, h: Render | None) -> StackReport
             rep.error = f"the base revision does not render this stack (shown as all new):\n{b.error}"
         rep.changes = compare_plans({}, head)
         files = len(_file_tree(h.out)) if h else 0
-        rep.notes.append(f"{files} node files, all new: `python -m infra.plan --stack {stack} --out DIR` writes them.")
+        rep.notes.append(
+            f"{files} node files, all new: `python -m offline.plan --stack {stack} --out DIR` writes them."
+        )
         explain(rep, None, head)
         return rep
     rep.changes = compare_plans(base or {}, head)
@@ -756,7 +770,7 @@ def _markdown(sha: str, base_ref: str, reports: list[StackReport], files: bool, 
     out = [MARKER, "## gpu-cluster review", ""]
     out.append(
         f"Base `{base_ref}` (`{sha[:12]}`) against this change; offline plans from "
-        "`python -m infra.plan` (Pulumi mocks, no cloud credentials)."
+        "`python -m offline.plan` (Pulumi mocks, no cloud credentials)."
     )
     alerts = _banner(reports)
     if alerts:
@@ -802,7 +816,7 @@ def _markdown(sha: str, base_ref: str, reports: list[StackReport], files: bool, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.review", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m offline.review", description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="base revision (branch, tag or sha), e.g. origin/main")
     parser.add_argument("--format", choices=("text", "markdown"), default="text")
     parser.add_argument("--out", type=Path, help="write the report here (default: stdout)")
