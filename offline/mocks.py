@@ -70,7 +70,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class EngineInvokeError(grpc.RpcError):
+class EngineInvokeError(grpc.RpcError):  # type: ignore[misc]  # grpc ships no type information
     """A data source's provider error as the engine returns it over gRPC: the SDK turns
     it into an exception the program can catch (any other exception raised by a mock's
     `call` is fatal to the whole run, which no real provider error is)."""

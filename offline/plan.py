@@ -40,6 +40,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def _with_secret_notes(lines: list[str], secrets: list[str]) -> list[str]:
 def write_plan(
     stack: str,
     out: Path,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
     root: Path = REPO,
     config_file: Path | None = None,
     secrets: dict[str, str] | None = None,

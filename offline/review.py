@@ -257,7 +257,7 @@ def diff_inputs(old: Any, new: Any, path: str = "", secret: bool = False) -> lis
         return [] if o == n else [(path, _show(old, True), _show(new, True))]
     if isinstance(old, dict) and isinstance(new, dict):
         # {"key": NAME, "value": ...} (Auto Scaling tags): NAME says whether it is secret.
-        named = {d.get("key") for d in (old, new) if isinstance(d.get("key"), str)}
+        named = {d["key"] for d in (old, new) if isinstance(d.get("key"), str)}
         secret = secret or any(_secret_key(n) for n in named)
         out = []
         for k in sorted(set(old) | set(new)):
@@ -313,7 +313,8 @@ def resolve_base(ref: str, repo: Path = REPO) -> str:
             f"review: base revision {ref!r} is not a commit in this repository "
             "(a branch, tag or sha; in CI fetch it first, e.g. `git fetch origin main` and use origin/main)"
         )
-    return sha.stdout.strip()
+    resolved: str = sha.stdout.strip()
+    return resolved
 
 
 def extract_tree(sha: str, dest: Path, repo: Path = REPO) -> None:
@@ -418,10 +419,11 @@ def _mock_id(r: dict[str, Any]) -> str | None:
     typ, name, inputs = r["type"], r["name"], r.get("inputs") or {}
     if typ == FSX_TYPE:
         return planmod.FSX_ID
+    given: str | None = inputs.get("name")
     if typ in ("aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile"):
-        return inputs.get("name") or f"{name}-{planmod._hex(name, 7)}"
+        return given or f"{name}-{planmod._hex(name, 7)}"
     if typ == ASG_TYPE:
-        return inputs.get("name") or name
+        return given or name
     if typ in planmod._ID_PREFIX:
         return planmod._ID_PREFIX[typ] + planmod._hex(name)
     return None
@@ -642,7 +644,8 @@ def review(
 def _load(r: Render | None) -> dict[str, Any] | None:
     if r is None or r.error:
         return None
-    return json.loads((r.out / "plan.json").read_text())
+    plan: dict[str, Any] = json.loads((r.out / "plan.json").read_text())
+    return plan
 
 
 def _stack_report(stack: str, b: Render | None, h: Render | None) -> StackReport:

@@ -50,7 +50,8 @@ def _child(node: yaml.Node | None, key: str) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if isinstance(k, yaml.ScalarNode) and k.value == key:
-                return v
+                child: yaml.Node = v
+                return child
     return None
 
 

@@ -160,7 +160,7 @@ def _set_in(raw: Any, parts: ConfigPath, value: Any, fail: Any) -> Any:
         if i == len(parts) - 1:
             node[part] = value
             break
-        child = node[part] if isinstance(node, list) else node.get(part)
+        child = node.get(part) if isinstance(node, dict) else node[part]
         if child is None:
             child = [] if isinstance(parts[i + 1], int) else {}
             node[part] = child

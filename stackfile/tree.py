@@ -17,7 +17,7 @@ SECRET_PLACEHOLDER = "secret-not-decrypted"
 # A stack file is a few hundred values; a YAML alias bomb expands into millions.
 _MAX_VALUES = 100_000
 # YAML types with no JSON form (the engine hands the program JSON).
-_YAML_ONLY = {bytes: "binary data (!!binary)", set: "a set (!!set)", tuple: "a pair list (!!pairs)"}
+_YAML_ONLY: dict[type, str] = {bytes: "binary data (!!binary)", set: "a set (!!set)", tuple: "a pair list (!!pairs)"}
 
 
 def json_default(value: Any) -> str:
