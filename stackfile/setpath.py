@@ -48,7 +48,7 @@ def _quoted_key(text: str, i: int) -> tuple[str, int]:
 
 
 def _index(text: str, i: int) -> tuple[int, int]:
-    """The list index of `[N]` starting at `i`, and the index after its `]`."""
+    """The list index of a `[0]`-style part starting at `i`, and the index after its `]`."""
     close = text.find("]", i)
     if close == -1:
         raise ValueError("missing ']' after a list index")
