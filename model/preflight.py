@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from model.config import ROOT, UNSUPPORTED_UBUNTU, ClusterConfig
+from model.config import ClusterConfig
+from model.image import UNSUPPORTED_UBUNTU
+from model.paths import ROOT
 from model.tags import CLUSTER as CLUSTER_TAG
 
 # Capacity Block states a cluster can launch into now or later. The others

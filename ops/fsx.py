@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from model.config import ClusterConfig, FsxIdentity
+from model.config import ClusterConfig
+from model.fsx import FsxIdentity
 from model.tags import CLUSTER as CLUSTER_TAG
 from ops.aws import OpsError, call
 

@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from model.config import ConfigError, parse_config
+from model.config import parse_config
+from model.errors import ConfigError
 from tests.mocks import stack_config, valid_raw
 
 R = "gpu-cluster:cluster"
