@@ -26,9 +26,11 @@ from infra.registry_secrets import RegistrySecrets, RegistrySecretsArgs
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
 from model import tags as node_tags
+from model.capacity import iso_utc
 from model.catalog import InstanceSpec
-from model.config import ClusterConfig, iso_utc, node_iam_policy
+from model.config import ClusterConfig
 from model.fsx_identity import fsx_identity
+from model.node_iam import node_iam_policy
 from model.registries import RegistryAccess, needs_account, registry_access, stack_parameter_name, stack_secrets
 from model.schedule import group_schedule
 from model.tags import ON_DEMAND

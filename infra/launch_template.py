@@ -30,8 +30,9 @@ import pulumi_aws as aws
 from infra.component import Component
 from infra.efa import interface_layout
 from model.catalog import InstanceSpec
-from model.config import ClusterConfig, RootVolumeConfig
+from model.config import ClusterConfig
 from model.preflight import launch_template_name
+from model.root_volume import RootVolumeConfig
 
 # Ubuntu DLAMI root device.
 ROOT_DEVICE = "/dev/sda1"

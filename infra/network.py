@@ -18,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.component import Component
-from model.config import ROOT
+from model.paths import ROOT
 
 
 def check_existing_subnet(subnet_id: str, availability_zone: str) -> list[tuple[str, str]]:

@@ -49,7 +49,7 @@ import pulumi_aws as aws
 from infra.component import Component
 from model import preflight
 from model import tags as node_tags
-from model.config import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
+from model.capacity import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
 from model.schedule import GroupSchedule, group_schedule
 from model.tags import ON_DEMAND
 

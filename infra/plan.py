@@ -51,8 +51,9 @@ import pulumi
 import yaml
 from pulumi.runtime import rpc
 
-from infra.stack import one_line
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ROOT, STACK_SECRET_PREFIX
+from model.containers import STACK_SECRET_PREFIX
+from model.errors import one_line
+from model.paths import CONFIG_KEY, CONFIG_NAMESPACE, ROOT
 
 REPO = Path(__file__).resolve().parent.parent
 FSX_ID = "fs-0123456789abcdef0"

@@ -14,7 +14,7 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError
 
 from model.catalog import SUPPORTED_INSTANCE_TYPES
-from model.config import ConfigError
+from model.errors import ConfigError
 from ops import blocks, pin, preflight, replace, status
 from ops.aws import OpsError, Session, describe_error
 from ops.context import Context

@@ -12,7 +12,9 @@ from typing import Any
 
 import yaml
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ClusterConfig, ConfigError, parse_config
+from model.config import ClusterConfig, parse_config
+from model.errors import ConfigError
+from model.paths import CONFIG_KEY, CONFIG_NAMESPACE
 from ops.aws import OpsError
 
 REPO = Path(__file__).resolve().parent.parent

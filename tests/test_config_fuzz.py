@@ -22,7 +22,9 @@ import pytest
 import yaml
 
 from infra.plan import main
-from model.config import ROOT, ConfigError, parse_config
+from model.config import parse_config
+from model.errors import ConfigError
+from model.paths import ROOT
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ_SEED = 20261201

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from infra.plan import load_stack_config, run_under_mocks
-from model.config import DLAMI_SSM_PARAMETER, parse_config
+from model.config import parse_config
+from model.image import DLAMI_SSM_PARAMETER
 from model.placeholders import EXAMPLE_VALUES, example_value_problems, is_example
 from ops.cli import main
 from tests.ops_stubs import Aws, context

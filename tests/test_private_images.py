@@ -15,7 +15,9 @@ import pytest
 
 from infra.iam import registry_read_policy
 from infra.plan import SECRET_SHOWN
-from model.config import ConfigError, ContainersConfig, parse_config
+from model.config import parse_config
+from model.containers import ContainersConfig
+from model.errors import ConfigError
 from model.registries import registry_access
 from tests.mocks import REGION, run_program, valid_raw
 from userdata import layout
