@@ -59,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -411,6 +412,145 @@ class Bench:
         }
 
 
+@dataclass
+class _Race:
+    """What was measured between releasing the joiners and the last one's exit."""
+
+    t0: float  # wall clock at the release: the joiners' results are epoch times
+    wall: float
+    responder_cpu: float
+    joiners_cpu: float
+    load: float
+
+
+def _prepare(b: Bench, args: argparse.Namespace, n: int, ncpu: int, result: dict) -> None:
+    """Bench directory, the joiners' key pairs (not timed) and the responder profiles."""
+    b.setup()
+    made, keygen_s = b.prepare_keys(max(n, args.profile_requests))
+    result["keys_made_now"] = made
+    if made:
+        result["keygen_cpu_s_per_joiner"] = round(keygen_s * min(ncpu, made) / made, 2)
+    if args.profile_requests:
+        result["profile_as_shipped"] = b.profile(args.profile_requests, {})
+        result["profile_without_ca_bundle"] = b.profile(args.profile_requests, {"SSL_CERT_FILE": "/dev/null"})
+
+
+def _wait_ready(b: Bench, n: int, joiners: list[subprocess.Popen], deadline: float) -> None:
+    while sum((b.joiners_dir / joiner_id(i) / "ready").exists() for i in range(n)) < n:
+        if time.monotonic() > deadline or any(p.poll() is not None for p in joiners):
+            raise SystemExit(f"joiners did not all get ready; see {b.joiners_dir}/*/join.log")
+        time.sleep(0.2)
+
+
+def _race(
+    b: Bench,
+    args: argparse.Namespace,
+    n: int,
+    joiner_cpus: str | None,
+    responder: subprocess.Popen,
+    joiners: list[subprocess.Popen],
+    result: dict,
+) -> _Race:
+    """Start n joiners held on a lock, release them at once, wait for all; `joiners` is
+    filled as they start, so the caller stops them whatever happens here."""
+    go = b.work / "go"
+    go.touch()
+    go_fd = os.open(go, os.O_RDONLY)
+    fcntl.flock(go_fd, fcntl.LOCK_EX)  # joiners wait on a shared lock: released = all boot at once
+    cpu_children0 = children_cpu()
+    spawn0 = time.monotonic()
+    joiners.extend(b.start_joiners(n, joiner_cpus, args.timeout, go))
+    deadline = time.monotonic() + args.timeout
+    _wait_ready(b, n, joiners, deadline)
+    result["spawn_s"] = round(time.monotonic() - spawn0, 1)
+    time.sleep(0.5)  # let the last ones reach the lock
+    if responder.poll() is not None:
+        raise SystemExit(f"the responder exited: {b.responder_log.read_text()[-2000:]}")
+    load = os.getloadavg()[0]
+    tick = os.sysconf("SC_CLK_TCK")
+    rcpu0 = cpu_ticks(responder.pid)
+    t0 = time.time()
+    mono0 = time.monotonic()
+    fcntl.flock(go_fd, fcntl.LOCK_UN)
+    os.close(go_fd)
+    for p in joiners:
+        p.wait(timeout=max(1.0, deadline + 30 - time.monotonic()))
+    wall = time.monotonic() - mono0
+    rcpu = (cpu_ticks(responder.pid) - rcpu0) / tick
+    return _Race(t0=t0, wall=wall, responder_cpu=rcpu, joiners_cpu=children_cpu() - cpu_children0, load=load)
+
+
+def _joiner_times(
+    b: Bench, n: int, joiners: list[subprocess.Popen], t0: float
+) -> tuple[list[float], list[float], list[str]]:
+    """(seconds each holding joiner took, when each finished after t0, ids of the failed)."""
+    per, ends, failed = [], [], []
+    for i in range(n):
+        r = b.joiners_dir / joiner_id(i) / "result"
+        if joiners[i].returncode == 0 and r.exists() and b.holds_key(i):
+            start, end = (float(x) for x in r.read_text().split())
+            per.append(end - start)
+            ends.append(end - t0)
+        else:
+            failed.append(joiner_id(i))
+    return per, ends, failed
+
+
+def _figures(
+    b: Bench, args: argparse.Namespace, n: int, pin: bool, race: _Race, joiners: list[subprocess.Popen]
+) -> dict:
+    per, ends, failed = _joiner_times(b, n, joiners, race.t0)
+    answered_lines = [ln for ln in b.responder_log.read_text(errors="replace").splitlines() if "answered" in ln]
+    all_hold = max(ends) if ends and not failed else None
+    rcpu, wall = race.responder_cpu, race.wall
+    figures = {
+        "holding": len(per),
+        "failed": failed[:20],
+        "failed_count": len(failed),
+        "seconds_until_all_hold": round(all_hold, 1) if all_hold is not None else None,
+        "per_joiner_p50_s": round(statistics.median(per), 1) if per else None,
+        "per_joiner_p95_s": round(pct(per, 0.95), 1) if per else None,
+        "per_joiner_max_s": round(max(per), 1) if per else None,
+        "responder_cpu_s": round(rcpu, 1),
+        "responder_cpu_ms_per_request": round(1000 * rcpu / max(n, 1), 1),
+        "responder_core_share": round(rcpu / wall, 2) if wall else None,
+        "responder_passes_answering": len(answered_lines),
+        "joiners_cpu_s": round(race.joiners_cpu, 1),
+        "controller_interval_s": b.interval,
+        "responder_env": args.responder_env,
+        "pinned": pin,
+        "load_before": round(race.load, 2),
+        "requests_left": len(list((b.m / "requests").glob("*.pem"))),
+        "responses_left": len(list((b.m / "responses").glob("*.cms"))),
+        "plaintext_key_on_fsx": b.plaintext_key_on_fsx(),
+        "goal_s": args.goal,
+        "goal_met": all_hold is not None and all_hold <= args.goal,
+    }
+    if failed:
+        figures["first_failed_log"] = (b.joiners_dir / failed[0] / "join.log").read_text(errors="replace")[-1500:]
+    return figures
+
+
+def _clean_up(
+    b: Bench,
+    args: argparse.Namespace,
+    joiners: list[subprocess.Popen],
+    responder: subprocess.Popen | None,
+    result: dict,
+) -> None:
+    for p in joiners:
+        stop_group(p, grace=2)
+    if responder is not None:
+        stop_group(responder)
+    result["started_pids"] = b.started
+    if b.fsx.is_mount():
+        subprocess.run(["umount", str(b.fsx)], check=False)
+    if args.keep:
+        result["work_dir"] = str(b.work)
+    else:
+        shutil.rmtree(b.work, ignore_errors=True)
+
+
 def run_size(args: argparse.Namespace, n: int) -> dict:
     files = rendered_files(n + 1)
     work = Path(tempfile.mkdtemp(prefix=f"gpu-cluster-bench-munge-{n}-", dir="/var/tmp"))
@@ -422,93 +562,12 @@ def run_size(args: argparse.Namespace, n: int) -> dict:
     joiners: list[subprocess.Popen] = []
     result: dict = {"joiners": n}
     try:
-        b.setup()
-        made, keygen_s = b.prepare_keys(max(n, args.profile_requests))
-        result["keys_made_now"] = made
-        if made:
-            result["keygen_cpu_s_per_joiner"] = round(keygen_s * min(ncpu, made) / made, 2)
-        if args.profile_requests:
-            result["profile_as_shipped"] = b.profile(args.profile_requests, {})
-            result["profile_without_ca_bundle"] = b.profile(args.profile_requests, {"SSL_CERT_FILE": "/dev/null"})
+        _prepare(b, args, n, ncpu, result)
         responder = b.start_responder(responder_cpus, dict(kv.split("=", 1) for kv in args.responder_env))
-        go = work / "go"
-        go.touch()
-        go_fd = os.open(go, os.O_RDONLY)
-        fcntl.flock(go_fd, fcntl.LOCK_EX)  # joiners wait on a shared lock: released = all boot at once
-        cpu_children0 = children_cpu()
-        spawn0 = time.monotonic()
-        joiners = b.start_joiners(n, joiner_cpus, args.timeout, go)
-        deadline = time.monotonic() + args.timeout
-        while sum((b.joiners_dir / joiner_id(i) / "ready").exists() for i in range(n)) < n:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in joiners):
-                raise SystemExit(f"joiners did not all get ready; see {b.joiners_dir}/*/join.log")
-            time.sleep(0.2)
-        result["spawn_s"] = round(time.monotonic() - spawn0, 1)
-        time.sleep(0.5)  # let the last ones reach the lock
-        if responder.poll() is not None:
-            raise SystemExit(f"the responder exited: {b.responder_log.read_text()[-2000:]}")
-        load = os.getloadavg()[0]
-        tick = os.sysconf("SC_CLK_TCK")
-        rcpu0 = cpu_ticks(responder.pid)
-        t0 = time.time()
-        mono0 = time.monotonic()
-        fcntl.flock(go_fd, fcntl.LOCK_UN)
-        os.close(go_fd)
-        for p in joiners:
-            p.wait(timeout=max(1.0, deadline + 30 - time.monotonic()))
-        wall = time.monotonic() - mono0
-        rcpu = (cpu_ticks(responder.pid) - rcpu0) / tick
-        joiners_cpu = children_cpu() - cpu_children0
-        per, ends, failed = [], [], []
-        for i in range(n):
-            r = b.joiners_dir / joiner_id(i) / "result"
-            if joiners[i].returncode == 0 and r.exists() and b.holds_key(i):
-                start, end = (float(x) for x in r.read_text().split())
-                per.append(end - start)
-                ends.append(end - t0)
-            else:
-                failed.append(joiner_id(i))
-        answered_lines = [ln for ln in b.responder_log.read_text(errors="replace").splitlines() if "answered" in ln]
-        all_hold = max(ends) if ends and not failed else None
-        result.update(
-            {
-                "holding": len(per),
-                "failed": failed[:20],
-                "failed_count": len(failed),
-                "seconds_until_all_hold": round(all_hold, 1) if all_hold is not None else None,
-                "per_joiner_p50_s": round(statistics.median(per), 1) if per else None,
-                "per_joiner_p95_s": round(pct(per, 0.95), 1) if per else None,
-                "per_joiner_max_s": round(max(per), 1) if per else None,
-                "responder_cpu_s": round(rcpu, 1),
-                "responder_cpu_ms_per_request": round(1000 * rcpu / max(n, 1), 1),
-                "responder_core_share": round(rcpu / wall, 2) if wall else None,
-                "responder_passes_answering": len(answered_lines),
-                "joiners_cpu_s": round(joiners_cpu, 1),
-                "controller_interval_s": b.interval,
-                "responder_env": args.responder_env,
-                "pinned": pin,
-                "load_before": round(load, 2),
-                "requests_left": len(list((b.m / "requests").glob("*.pem"))),
-                "responses_left": len(list((b.m / "responses").glob("*.cms"))),
-                "plaintext_key_on_fsx": b.plaintext_key_on_fsx(),
-                "goal_s": args.goal,
-            }
-        )
-        result["goal_met"] = all_hold is not None and all_hold <= args.goal
-        if failed:
-            result["first_failed_log"] = (b.joiners_dir / failed[0] / "join.log").read_text(errors="replace")[-1500:]
+        race = _race(b, args, n, joiner_cpus, responder, joiners, result)
+        result.update(_figures(b, args, n, pin, race, joiners))
     finally:
-        for p in joiners:
-            stop_group(p, grace=2)
-        if responder is not None:
-            stop_group(responder)
-        result["started_pids"] = b.started
-        if b.fsx.is_mount():
-            subprocess.run(["umount", str(b.fsx)], check=False)
-        if args.keep:
-            result["work_dir"] = str(work)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        _clean_up(b, args, joiners, responder, result)
     return result
 
 

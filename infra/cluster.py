@@ -26,9 +26,11 @@ from infra.registry_secrets import RegistrySecrets, RegistrySecretsArgs
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
 from model import tags as node_tags
+from model.capacity import iso_utc
 from model.catalog import InstanceSpec
-from model.config import ClusterConfig, iso_utc, node_iam_policy
+from model.config import ClusterConfig
 from model.fsx_identity import fsx_identity
+from model.node_iam import node_iam_policy
 from model.registries import RegistryAccess, needs_account, registry_access, stack_parameter_name, stack_secrets
 from model.schedule import group_schedule
 from model.tags import ON_DEMAND
@@ -145,6 +147,167 @@ def containers_wiring(
     return account, policy, stored
 
 
+@dataclass
+class _NodePayload:
+    """The rendered node files, the bucket and object carrying them, and the user data."""
+
+    bucket: PayloadBucket
+    payload: PayloadObject
+    node_files: pulumi.Output
+    user_data_b64: pulumi.Output
+    registry_policy: pulumi.Output[str] | None
+
+
+def _network(cfg: ClusterConfig, region: str, tags: dict[str, str]) -> Network:
+    return Network(
+        cfg.name,
+        NetworkArgs(
+            cluster_name=cfg.name,
+            availability_zone=cfg.network.availability_zone,
+            subnet_id=cfg.network.subnet_id,
+            vpc_cidr=cfg.network.vpc_cidr,
+            region=region,
+            tags=tags,
+        ),
+    )
+
+
+def _file_system(cfg: ClusterConfig, net: Network, sg: NodeSecurityGroup, tags: dict[str, str]) -> FileSystem:
+    name = cfg.name
+    return FileSystem(
+        name,
+        FileSystemArgs(
+            cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id, security_group_id=sg.security_group_id, tags=tags
+        ),
+    )
+
+
+def _node_payload(
+    cfg: ClusterConfig,
+    region: str,
+    fsx: FileSystem,
+    registry_passwords: dict[str, pulumi.Output[str]],
+    tags: dict[str, str],
+) -> _NodePayload:
+    # One render for the whole cluster: the bytes do not depend on node count or block
+    # (node contract), so every node boots the same user data. The node files always
+    # travel as the S3 payload: they are twice EC2's user-data limit (README, design).
+    name = cfg.name
+    bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
+    account, registry_policy, stored = containers_wiring(cfg, region, registry_passwords, tags)
+    node_files = render_node_files(cfg, cfg.spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name, region, account)
+    payload = PayloadObject(
+        name,
+        PayloadObjectArgs(
+            bucket_name=bucket.bucket_name, s3_payload=node_files.apply(lambda nf: nf.s3_payload), tags=tags
+        ),
+    )
+    # Tie the user data to the uploaded object: no node boots before its payload exists.
+    # Stack secrets are in SSM before any node can boot and read them.
+    user_data_b64 = pulumi.Output.all(node_files, payload.key, *stored).apply(lambda v: encode_user_data(v[0]))
+    return _NodePayload(bucket, payload, node_files, user_data_b64, registry_policy)
+
+
+def _node_identity(cfg: ClusterConfig, node: _NodePayload, tags: dict[str, str]) -> NodeIdentity:
+    extra = cfg.node_iam.statements
+    return NodeIdentity(
+        cfg.name,
+        NodeIdentityArgs(
+            cluster_name=cfg.name,
+            payload_object_arn=node.payload.object_arn,
+            tags=tags,
+            registry_policy=node.registry_policy,
+            managed_policy_arns=cfg.node_iam.managed_policy_arns,
+            extra_policy=json.dumps(node_iam_policy(extra), sort_keys=True) if extra else None,
+        ),
+    )
+
+
+def _launch_template(
+    cfg: ClusterConfig,
+    sg: NodeSecurityGroup,
+    identity: NodeIdentity,
+    user_data_b64: pulumi.Output,
+    tags: dict[str, str],
+) -> NodeLaunchTemplate:
+    return NodeLaunchTemplate(
+        cfg.name,
+        NodeLaunchTemplateArgs(
+            cluster_name=cfg.name,
+            spec=cfg.spec,
+            image_id=image_id(cfg),
+            security_group_id=sg.security_group_id,
+            instance_profile_arn=identity.instance_profile_arn,
+            user_data_base64=user_data_b64,
+            root_volume=cfg.root_volume,
+            capacity_blocks=cfg.uses_capacity_blocks,
+            placement_group=cfg.uses_placement_group,
+            tags=tags,
+            aws_name_base=cfg.aws_name_base,
+        ),
+    )
+
+
+def _node_groups(cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, now: datetime) -> NodeGroups:
+    return NodeGroups(
+        cfg.name,
+        NodeGroupsArgs(
+            cluster_name=cfg.name,
+            groups=cfg.node_groups(),
+            total_nodes=cfg.capacity.nodes,
+            subnet_id=net.subnet_id,
+            launch_template_id=lt.launch_template_id,
+            launch_template_version=lt.latest_version,
+            now=now,
+            block_end_margin_minutes=cfg.capacity.block_end_margin_minutes,
+            tags=cfg.tags,
+            aws_name_base=cfg.aws_name_base,
+        ),
+    )
+
+
+@dataclass
+class _Declared:
+    """The components `build` declared, as `_stack_outputs` reads them."""
+
+    net: Network
+    sg: NodeSecurityGroup
+    fsx: FileSystem
+    node: _NodePayload
+    lt: NodeLaunchTemplate
+    nodes: NodeGroups
+
+
+def _stack_outputs(cfg: ClusterConfig, region: str, now: datetime, d: _Declared) -> dict[str, object]:
+    controller_asg = d.nodes.asg_names["controller"]
+    find_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[0])
+    ssm_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[1])
+    asg_names = d.nodes.asg_names
+    return {
+        "cluster_name": cfg.name,
+        "region": region,
+        "subnet_id": d.net.subnet_id,
+        "security_group_id": d.sg.security_group_id,
+        "controller_asg_name": controller_asg,
+        "controller_instance_id_command": find_cmd,
+        "controller_ssm_command": ssm_cmd,
+        "fsx_dns_name": d.fsx.dns_name,
+        "fsx_mount_name": d.fsx.mount_name,
+        "launch_template_id": d.lt.launch_template_id,
+        "launch_template_version": d.lt.latest_version,
+        "node_groups": {
+            g.name: group_output(cfg, g, asg_names[g.name], now) for g in cfg.node_groups() if g.name in asg_names
+        },
+        "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
+        "validation_results_path": layout.validation_results(cfg.name),
+        "user_data_payload_bucket": d.node.bucket.bucket_name,
+        # Copy into fsx.pinned after the first `pulumi up` (model/fsx_identity.py).
+        "fsx_identity": fsx_identity(cfg).model_dump(),
+        "fsx_protected": d.fsx.protected,
+        "image_id": image_id(cfg),
+    }
+
+
 def build(
     cfg: ClusterConfig,
     region: str,
@@ -159,116 +322,16 @@ def build(
     `registry_passwords`: the Pulumi secrets of `containers` entries of kind stack
     (infra/stack.py reads them), stored in SSM for the nodes.
     `allow_example_values`: the offline plan renders the shipped stack files' example ids.
+    Components are declared in dependency order; the plan lists them in this order.
     """
     preflight(cfg, region, now, allow_example_values)
-    name = cfg.name
-    spec = cfg.spec
-    tags = {**cfg.tags, node_tags.CLUSTER: name}
-
-    net = Network(
-        name,
-        NetworkArgs(
-            cluster_name=name,
-            availability_zone=cfg.network.availability_zone,
-            subnet_id=cfg.network.subnet_id,
-            vpc_cidr=cfg.network.vpc_cidr,
-            region=region,
-            tags=tags,
-        ),
-    )
-    sg = NodeSecurityGroup(name, NodeSecurityGroupArgs(cluster_name=name, vpc_id=net.vpc_id, tags=tags))
-    fsx = FileSystem(
-        name,
-        FileSystemArgs(
-            cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id, security_group_id=sg.security_group_id, tags=tags
-        ),
-    )
-    # One render for the whole cluster: the bytes do not depend on node count or block
-    # (node contract), so every node boots the same user data. The node files always
-    # travel as the S3 payload: they are twice EC2's user-data limit (README, design).
-    bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
-    account, registry_policy, stored = containers_wiring(cfg, region, registry_passwords or {}, tags)
-    node_files = render_node_files(cfg, spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name, region, account)
-    payload = PayloadObject(
-        name,
-        PayloadObjectArgs(
-            bucket_name=bucket.bucket_name, s3_payload=node_files.apply(lambda nf: nf.s3_payload), tags=tags
-        ),
-    )
-    # Tie the user data to the uploaded object: no node boots before its payload exists.
-    # Stack secrets are in SSM before any node can boot and read them.
-    user_data_b64 = pulumi.Output.all(node_files, payload.key, *stored).apply(lambda v: encode_user_data(v[0]))
-    extra = cfg.node_iam.statements
-    identity = NodeIdentity(
-        name,
-        NodeIdentityArgs(
-            cluster_name=name,
-            payload_object_arn=payload.object_arn,
-            tags=tags,
-            registry_policy=registry_policy,
-            managed_policy_arns=cfg.node_iam.managed_policy_arns,
-            extra_policy=json.dumps(node_iam_policy(extra), sort_keys=True) if extra else None,
-        ),
-    )
-
-    lt = NodeLaunchTemplate(
-        name,
-        NodeLaunchTemplateArgs(
-            cluster_name=name,
-            spec=spec,
-            image_id=image_id(cfg),
-            security_group_id=sg.security_group_id,
-            instance_profile_arn=identity.instance_profile_arn,
-            user_data_base64=user_data_b64,
-            root_volume=cfg.root_volume,
-            capacity_blocks=cfg.uses_capacity_blocks,
-            placement_group=cfg.uses_placement_group,
-            tags=tags,
-            aws_name_base=cfg.aws_name_base,
-        ),
-    )
-
-    groups = cfg.node_groups()
-    nodes = NodeGroups(
-        name,
-        NodeGroupsArgs(
-            cluster_name=name,
-            groups=groups,
-            total_nodes=cfg.capacity.nodes,
-            subnet_id=net.subnet_id,
-            launch_template_id=lt.launch_template_id,
-            launch_template_version=lt.latest_version,
-            now=now,
-            block_end_margin_minutes=cfg.capacity.block_end_margin_minutes,
-            tags=cfg.tags,
-            aws_name_base=cfg.aws_name_base,
-        ),
-    )
-
-    controller_asg = nodes.asg_names["controller"]
-    find_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[0])
-    ssm_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[1])
-    outputs: dict[str, object] = {
-        "cluster_name": name,
-        "region": region,
-        "subnet_id": net.subnet_id,
-        "security_group_id": sg.security_group_id,
-        "controller_asg_name": controller_asg,
-        "controller_instance_id_command": find_cmd,
-        "controller_ssm_command": ssm_cmd,
-        "fsx_dns_name": fsx.dns_name,
-        "fsx_mount_name": fsx.mount_name,
-        "launch_template_id": lt.launch_template_id,
-        "launch_template_version": lt.latest_version,
-        "node_groups": {
-            g.name: group_output(cfg, g, nodes.asg_names[g.name], now) for g in groups if g.name in nodes.asg_names
-        },
-        "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
-        "validation_results_path": layout.validation_results(name),
-        "user_data_payload_bucket": bucket.bucket_name,
-        # Copy into fsx.pinned after the first `pulumi up` (model/fsx_identity.py).
-        "fsx_identity": fsx_identity(cfg).model_dump(),
-        "fsx_protected": fsx.protected,
-        "image_id": image_id(cfg),
-    }
-    return BuildResult(outputs=outputs, node_files=node_files)
+    tags = {**cfg.tags, node_tags.CLUSTER: cfg.name}
+    net = _network(cfg, region, tags)
+    sg = NodeSecurityGroup(cfg.name, NodeSecurityGroupArgs(cluster_name=cfg.name, vpc_id=net.vpc_id, tags=tags))
+    fsx = _file_system(cfg, net, sg, tags)
+    node = _node_payload(cfg, region, fsx, registry_passwords or {}, tags)
+    identity = _node_identity(cfg, node, tags)
+    lt = _launch_template(cfg, sg, identity, node.user_data_b64, tags)
+    nodes = _node_groups(cfg, net, lt, now)
+    outputs = _stack_outputs(cfg, region, now, _Declared(net, sg, fsx, node, lt, nodes))
+    return BuildResult(outputs=outputs, node_files=node.node_files)

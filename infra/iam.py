@@ -21,7 +21,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.component import Component
-from model.config import SSM_CORE_POLICY_ARN
+from model.node_iam import SSM_CORE_POLICY_ARN
 from model.registries import RegistryAccess, registry_policy_document
 
 EC2_ASSUME_ROLE_POLICY = json.dumps(

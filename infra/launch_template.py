@@ -30,8 +30,9 @@ import pulumi_aws as aws
 from infra.component import Component
 from infra.efa import interface_layout
 from model.catalog import InstanceSpec
-from model.config import ClusterConfig, RootVolumeConfig
+from model.config import ClusterConfig
 from model.preflight import launch_template_name
+from model.root_volume import RootVolumeConfig
 
 # Ubuntu DLAMI root device.
 ROOT_DEVICE = "/dev/sda1"
@@ -83,6 +84,30 @@ def network_interfaces(spec: InstanceSpec, security_group_id: pulumi.Input[str])
     ]
 
 
+def metadata_options() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
+    """IMDSv2 only, with instance tags: nodes read their GpuCluster* tags from IMDS."""
+    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
+        http_endpoint="enabled",
+        http_tokens="required",
+        http_put_response_hop_limit=METADATA_HOP_LIMIT,
+        instance_metadata_tags="enabled",
+    )
+
+
+def root_device_mapping(root_volume: RootVolumeConfig) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
+    return aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+        device_name=ROOT_DEVICE,
+        ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+            volume_type="gp3",
+            volume_size=root_volume.size_gib,
+            iops=root_volume.iops,
+            throughput=root_volume.throughput_mibps,
+            encrypted="true",
+            delete_on_termination="true",
+        ),
+    )
+
+
 class NodeLaunchTemplate(Component):
     """Outputs: launch_template_id, latest_version, placement_group_name (or None)."""
 
@@ -96,20 +121,7 @@ class NodeLaunchTemplate(Component):
             # Capacity Blocks are co-located already and do not take one [CB-USE].
             raise ValueError("a Capacity Block launch template takes no placement group")
 
-        market = placement = None
-        self.placement_group_name: pulumi.Output[str] | None = None
-        if args.capacity_blocks:
-            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
-        elif args.placement_group:
-            pg = aws.ec2.PlacementGroup(
-                f"{name}-pg",
-                strategy="cluster",
-                tags={**args.tags, "Name": f"{args.cluster_name}-nodes"},
-                opts=self.child,
-            )
-            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name)
-            self.placement_group_name = pg.name
-
+        market, placement = self._market_and_placement(name, args)
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             name=launch_template_name(args.aws_name_base or args.cluster_name),
@@ -118,25 +130,8 @@ class NodeLaunchTemplate(Component):
             instance_type=args.spec.name,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
             network_interfaces=network_interfaces(args.spec, args.security_group_id),
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled",
-                http_tokens="required",
-                http_put_response_hop_limit=METADATA_HOP_LIMIT,
-                instance_metadata_tags="enabled",
-            ),  # nodes read GpuCluster* tags from IMDS
-            block_device_mappings=[
-                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name=ROOT_DEVICE,
-                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_type="gp3",
-                        volume_size=args.root_volume.size_gib,
-                        iops=args.root_volume.iops,
-                        throughput=args.root_volume.throughput_mibps,
-                        encrypted="true",
-                        delete_on_termination="true",
-                    ),
-                )
-            ],
+            metadata_options=metadata_options(),
+            block_device_mappings=[root_device_mapping(args.root_volume)],
             instance_market_options=market,
             placement=placement,
             user_data=args.user_data_base64,
@@ -153,3 +148,21 @@ class NodeLaunchTemplate(Component):
         self.launch_template_name = lt.name
         self.latest_version = lt.latest_version
         self.register_outputs({"launch_template_id": lt.id, "latest_version": lt.latest_version})
+
+    def _market_and_placement(
+        self, name: str, args: NodeLaunchTemplateArgs
+    ) -> tuple[aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None, aws.ec2.LaunchTemplatePlacementArgs | None]:
+        """Capacity Blocks: the market type; on demand: a cluster placement group (or neither)."""
+        self.placement_group_name: pulumi.Output[str] | None = None
+        if args.capacity_blocks:
+            return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block"), None
+        if not args.placement_group:
+            return None, None
+        pg = aws.ec2.PlacementGroup(
+            f"{name}-pg",
+            strategy="cluster",
+            tags={**args.tags, "Name": f"{args.cluster_name}-nodes"},
+            opts=self.child,
+        )
+        self.placement_group_name = pg.name
+        return None, aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name)

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.component import Component
-from model.config import ROOT
+from model.paths import ROOT
 
 
 def check_existing_subnet(subnet_id: str, availability_zone: str) -> list[tuple[str, str]]:
@@ -82,9 +82,6 @@ class Network(Component):
         self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id})
 
     def _create_vpc(self, name: str, args: NetworkArgs) -> None:
-        def tags(suffix: str) -> dict[str, str]:
-            return {**args.tags, "Name": f"{args.cluster_name}-{suffix}"}
-
         private_cidr, public_cidr = split_vpc_cidr(args.vpc_cidr)
         # DNS support and hostnames: FSx is mounted by DNS name and SSM needs both.
         vpc = aws.ec2.Vpc(
@@ -92,38 +89,59 @@ class Network(Component):
             cidr_block=args.vpc_cidr,
             enable_dns_support=True,
             enable_dns_hostnames=True,
-            tags=tags("vpc"),
+            tags=_name_tags(args, "vpc"),
             opts=self.child,
         )
-        private = aws.ec2.Subnet(
-            f"{name}-private",
+        private = self._subnet(name, args, vpc, "private", private_cidr)
+        public = self._subnet(name, args, vpc, "public", public_cidr)
+        igw, nat = self._nat_egress(name, args, vpc, public)
+        self._public_routes(name, args, vpc, public, igw)
+        private_rt = self._private_routes(name, args, vpc, private, nat)
+        # S3 through a gateway endpoint (free) instead of the NAT gateway (billed per GB):
+        # the user-data payload, datasets and checkpoints the nodes read from S3.
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3",
             vpc_id=vpc.id,
-            cidr_block=private_cidr,
+            service_name=f"com.amazonaws.{args.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[private_rt.id],
+            tags=_name_tags(args, "s3"),
+            opts=self.child,
+        )
+        self.vpc_id = vpc.id
+        self.subnet_id = private.id
+
+    def _subnet(self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc, kind: str, cidr: str) -> aws.ec2.Subnet:
+        return aws.ec2.Subnet(
+            f"{name}-{kind}",
+            vpc_id=vpc.id,
+            cidr_block=cidr,
             availability_zone=args.availability_zone,
             map_public_ip_on_launch=False,
-            tags=tags("private"),
+            tags=_name_tags(args, kind),
             opts=self.child,
         )
-        public = aws.ec2.Subnet(
-            f"{name}-public",
-            vpc_id=vpc.id,
-            cidr_block=public_cidr,
-            availability_zone=args.availability_zone,
-            map_public_ip_on_launch=False,
-            tags=tags("public"),
-            opts=self.child,
-        )
-        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=tags("igw"), opts=self.child)
-        eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=tags("nat"), opts=self.child)
+
+    def _nat_egress(
+        self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc, public: aws.ec2.Subnet
+    ) -> tuple[aws.ec2.InternetGateway, aws.ec2.NatGateway]:
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=_name_tags(args, "igw"), opts=self.child)
+        eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=_name_tags(args, "nat"), opts=self.child)
         nat = aws.ec2.NatGateway(
             f"{name}-nat",
             allocation_id=eip.id,
             subnet_id=public.id,
-            tags=tags("nat"),
+            tags=_name_tags(args, "nat"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
         )
+        return igw, nat
 
-        public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=vpc.id, tags=tags("public"), opts=self.child)
+    def _public_routes(
+        self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc, public: aws.ec2.Subnet, igw: aws.ec2.InternetGateway
+    ) -> None:
+        public_rt = aws.ec2.RouteTable(
+            f"{name}-public-rt", vpc_id=vpc.id, tags=_name_tags(args, "public"), opts=self.child
+        )
         aws.ec2.Route(
             f"{name}-public-default",
             route_table_id=public_rt.id,
@@ -135,7 +153,12 @@ class Network(Component):
             f"{name}-public-assoc", route_table_id=public_rt.id, subnet_id=public.id, opts=self.child
         )
 
-        private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=vpc.id, tags=tags("private"), opts=self.child)
+    def _private_routes(
+        self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc, private: aws.ec2.Subnet, nat: aws.ec2.NatGateway
+    ) -> aws.ec2.RouteTable:
+        private_rt = aws.ec2.RouteTable(
+            f"{name}-private-rt", vpc_id=vpc.id, tags=_name_tags(args, "private"), opts=self.child
+        )
         aws.ec2.Route(
             f"{name}-private-default",
             route_table_id=private_rt.id,
@@ -146,16 +169,8 @@ class Network(Component):
         aws.ec2.RouteTableAssociation(
             f"{name}-private-assoc", route_table_id=private_rt.id, subnet_id=private.id, opts=self.child
         )
-        # S3 through a gateway endpoint (free) instead of the NAT gateway (billed per GB):
-        # the user-data payload, datasets and checkpoints the nodes read from S3.
-        aws.ec2.VpcEndpoint(
-            f"{name}-s3",
-            vpc_id=vpc.id,
-            service_name=f"com.amazonaws.{args.region}.s3",
-            vpc_endpoint_type="Gateway",
-            route_table_ids=[private_rt.id],
-            tags=tags("s3"),
-            opts=self.child,
-        )
-        self.vpc_id = vpc.id
-        self.subnet_id = private.id
+        return private_rt
+
+
+def _name_tags(args: NetworkArgs, suffix: str) -> dict[str, str]:
+    return {**args.tags, "Name": f"{args.cluster_name}-{suffix}"}

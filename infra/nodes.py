@@ -49,7 +49,7 @@ import pulumi_aws as aws
 from infra.component import Component
 from model import preflight
 from model import tags as node_tags
-from model.config import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
+from model.capacity import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
 from model.schedule import GroupSchedule, group_schedule
 from model.tags import ON_DEMAND
 
@@ -150,9 +150,16 @@ class NodeGroups(Component):
             ],
             opts=self.child,
         )
-        # One-time actions (no recurrence), in UTC. Auto Scaling deletes a one-time action
-        # once it has run; the next `pulumi up` no longer declares a start action for a
-        # started block, so state and account agree again.
+        self._schedule(name, g, asg, sched)
+        return asg
+
+    def _schedule(self, name: str, g: NodeGroup, asg: aws.autoscaling.Group, sched: GroupSchedule) -> None:
+        """The block's start and end as scaling actions.
+
+        One-time actions (no recurrence), in UTC. Auto Scaling deletes a one-time action
+        once it has run; the next `pulumi up` no longer declares a start action for a
+        started block, so state and account agree again.
+        """
         if sched.scale_out_at is not None:
             aws.autoscaling.Schedule(
                 f"{name}-{g.name}-scale-out",
@@ -175,4 +182,3 @@ class NodeGroups(Component):
                 desired_capacity=0,
                 opts=self.child,
             )
-        return asg

@@ -21,8 +21,10 @@ from datetime import datetime
 import pulumi
 import pulumi_aws as aws
 
-from model.config import ROOT, ClusterConfig, ConfigError
+from model.config import ClusterConfig
 from model.deploy import deploy_problems
+from model.errors import ConfigError
+from model.paths import ROOT
 from model.placeholders import example_value_problems
 from model.preflight import BlockFacts, PreflightFacts, SubnetFacts, check_blocks, check_network, image_refusal
 

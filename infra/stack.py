@@ -2,39 +2,25 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pulumi
 
-from model.config import (
-    CONFIG_KEY,
-    CONFIG_NAMESPACE,
-    ROOT,
-    ClusterConfig,
-    ConfigError,
-    config_warnings,
-    parse_config,
-)
+from model.config import ClusterConfig, parse_config
+from model.config_warnings import config_warnings
+from model.errors import ConfigError, one_line
+from model.paths import CONFIG_KEY, CONFIG_NAMESPACE, ROOT
 from model.registries import stack_secret_key
 
 # Where Pulumi.yaml and the stack files are: relative paths in the config (the
 # on-node-ready hook) are read from here, wherever the program is run from.
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-# C0 controls and DEL (and the line/paragraph separators that split lines too).
-_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 def refusal(err: ConfigError) -> pulumi.RunError:
-    """One line per problem: a value echoed in a message (a newline in a tag, a NUL)
-    must not break the line or the terminal, so control characters are escaped."""
-    return pulumi.RunError("\n".join(one_line(f"{p}: {m}") for p, m in err.problems))
-
-
-def one_line(text: str) -> str:
-    """`text` with control characters and line separators escaped (`\\n`, `\\x00`)."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """One line per problem, control characters escaped (ConfigError does that itself)."""
+    return pulumi.RunError(str(err))
 
 
 def load_config() -> ClusterConfig:

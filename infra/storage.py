@@ -35,7 +35,7 @@ import pulumi_aws as aws
 
 from infra.component import Component
 from model import tags as node_tags
-from model.config import FsxConfig
+from model.fsx import FsxConfig
 from model.fsx_identity import LUSTRE_VERSION, STORAGE_TYPE, copy_tags_to_backups, import_path
 
 # UTC, HH:MM: 03:00 is outside the 11:30 UTC block changes and, for most regions, outside

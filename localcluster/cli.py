@@ -14,7 +14,7 @@ def _root_check() -> None:
         raise SystemExit("the local cluster needs root (network namespaces, mounts, cgroups)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m localcluster", description="A real Slurm cluster from gpu-cluster's user data, on this machine"
     )
@@ -40,65 +40,101 @@ def main(argv: list[str] | None = None) -> int:
     rb.add_argument("node")
     rb.add_argument("--hard", action="store_true", help="pull the plug and boot again instead")
     sub.add_parser("relaunch", help="destroy every machine and boot new ones against the kept /fsx")
-    a = p.parse_args(argv)
+    return p
+
+
+def _print_machine_costs(lc: LocalCluster, secs: float) -> None:
+    for host, m in lc.memory().items():
+        print(
+            f"  {host}: memory {m['pss_mib']:.0f} MiB (PSS of its processes), "
+            f"{m.get('usage_mib', 0):.0f} MiB charged to its cgroup; IMDS stand-in {m['imds_rss_mib']:.0f} MiB RSS"
+        )
+    cold = (
+        f"cold: root built in {lc.root_seconds:.0f}s + nodes idle in {secs:.0f}s"
+        if lc.root_built
+        else f"warm (root cached, {lc.root_seconds:.1f}s): nodes idle in {secs:.1f}s"
+    )
+    print(f"timing, lane {lc.lane}: {cold}")
+
+
+def _up(lc: LocalCluster, a: argparse.Namespace) -> int:
+    if lc.c.nodes:
+        raise SystemExit(f"local cluster '{a.name}' is already up; run `python -m localcluster down` first")
+    try:
+        secs = lc.up(a.nodes, timeout=a.timeout)
+    except (TimeoutError, RuntimeError) as e:
+        print(f"bring-up failed: {e}", file=sys.stderr)
+        return 1
+    print(f"\nall {a.nodes} nodes idle in sinfo {secs:.1f}s after start")
+    if lc.machines:
+        _print_machine_costs(lc, secs)
+    if not a.no_demo:
+        lc.show()
+    print("\nremove it with: make local-cluster-down")
+    return 0
+
+
+def _down(lc: LocalCluster, a: argparse.Namespace) -> int:
+    removed = lc.c.down()
+    print(
+        f"local cluster '{a.name}': removed {len(removed)} item(s)"
+        if removed
+        else f"local cluster '{a.name}': nothing to remove"
+    )
+    return 0
+
+
+def _status(lc: LocalCluster, a: argparse.Namespace) -> int:
+    lc.status()
+    return 0
+
+
+def _reboot(lc: LocalCluster, a: argparse.Namespace) -> int:
+    w = lc.reboot(a.node, hard=a.hard)
+    if w.rc != 0:
+        print(f"{a.node}: boot after reboot failed (exit {w.rc})", file=sys.stderr)
+        return 1
+    lc.wait_idle(len(lc.c.nodes))
+    print(f"{a.node}: back and idle")
+    lc.show_srun()
+    return 0
+
+
+def _relaunch(lc: LocalCluster, a: argparse.Namespace) -> int:
+    if not lc.c.nodes:
+        raise SystemExit(f"local cluster '{a.name}' is not up")
+    try:
+        secs = lc.relaunch()
+    except (TimeoutError, RuntimeError) as e:
+        print(f"relaunch failed: {e}", file=sys.stderr)
+        return 1
+    print(f"\nall {len(lc.c.nodes)} new nodes idle in sinfo {secs:.1f}s after the relaunch started")
+    lc.show_srun()
+    return 0
+
+
+def _replace(lc: LocalCluster, a: argparse.Namespace) -> int:
+    w = lc.replace(a.node)
+    if w.rc != 0:
+        print(f"{w.node.hostname}: boot failed (exit {w.rc})", file=sys.stderr)
+        return 1
+    lc.wait_idle(len(lc.c.nodes))
+    lc.show_srun()
+    return 0
+
+
+_COMMANDS = {
+    "up": _up,
+    "down": _down,
+    "status": _status,
+    "reboot": _reboot,
+    "relaunch": _relaunch,
+    "replace": _replace,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     _root_check()
     lc = LocalCluster(a.name, a.subnet, out=lambda s="": print(s, flush=True), lane=getattr(a, "lane", None))
-    if a.cmd == "up":
-        if lc.c.nodes:
-            raise SystemExit(f"local cluster '{a.name}' is already up; run `python -m localcluster down` first")
-        try:
-            secs = lc.up(a.nodes, timeout=a.timeout)
-        except (TimeoutError, RuntimeError) as e:
-            print(f"bring-up failed: {e}", file=sys.stderr)
-            return 1
-        print(f"\nall {a.nodes} nodes idle in sinfo {secs:.1f}s after start")
-        if lc.machines:
-            for host, m in lc.memory().items():
-                print(
-                    f"  {host}: memory {m['pss_mib']:.0f} MiB (PSS of its processes), "
-                    f"{m.get('usage_mib', 0):.0f} MiB charged to its cgroup; IMDS stand-in {m['imds_rss_mib']:.0f} MiB RSS"
-                )
-            cold = (
-                f"cold: root built in {lc.root_seconds:.0f}s + nodes idle in {secs:.0f}s"
-                if lc.root_built
-                else f"warm (root cached, {lc.root_seconds:.1f}s): nodes idle in {secs:.1f}s"
-            )
-            print(f"timing, lane {lc.lane}: {cold}")
-        if not a.no_demo:
-            lc.show()
-        print("\nremove it with: make local-cluster-down")
-    elif a.cmd == "down":
-        removed = lc.c.down()
-        print(
-            f"local cluster '{a.name}': removed {len(removed)} item(s)"
-            if removed
-            else f"local cluster '{a.name}': nothing to remove"
-        )
-    elif a.cmd == "status":
-        lc.status()
-    elif a.cmd == "reboot":
-        w = lc.reboot(a.node, hard=a.hard)
-        if w.rc != 0:
-            print(f"{a.node}: boot after reboot failed (exit {w.rc})", file=sys.stderr)
-            return 1
-        lc.wait_idle(len(lc.c.nodes))
-        print(f"{a.node}: back and idle")
-        lc.show_srun()
-    elif a.cmd == "relaunch":
-        if not lc.c.nodes:
-            raise SystemExit(f"local cluster '{a.name}' is not up")
-        try:
-            secs = lc.relaunch()
-        except (TimeoutError, RuntimeError) as e:
-            print(f"relaunch failed: {e}", file=sys.stderr)
-            return 1
-        print(f"\nall {len(lc.c.nodes)} new nodes idle in sinfo {secs:.1f}s after the relaunch started")
-        lc.show_srun()
-    elif a.cmd == "replace":
-        w = lc.replace(a.node)
-        if w.rc != 0:
-            print(f"{w.node.hostname}: boot failed (exit {w.rc})", file=sys.stderr)
-            return 1
-        lc.wait_idle(len(lc.c.nodes))
-        lc.show_srun()
-    return 0
+    return _COMMANDS[a.cmd](lc, a)

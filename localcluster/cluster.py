@@ -30,10 +30,10 @@ from localcluster import machine, profile
 from localcluster.nodes import IMDS_PORT, Cluster, Node
 from localcluster.profile import TEST_IMAGE
 from model import tags as node_tags
+from userdata import layout
+from userdata.layout import ENTRY_POINT
 
-ENTRY_POINT = "/opt/gpu-cluster/bin/gpu-cluster-boot"
 SCRIPTS_DIR = "/var/lib/cloud/instance/scripts"  # where cloud-init keeps x-shellscript parts
-OVERRIDES_PATH = "/etc/gpu-cluster/overrides.env"
 # The three documented swaps (docs/node-contract.md), and nothing else.
 OVERRIDES = {
     "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IMDS_PORT}",
@@ -50,9 +50,7 @@ MACHINE_OVERRIDES = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IM
 UNBAKED_OVERRIDES = {"GPU_CLUSTER_PACKAGES": "preinstalled"}
 LANES = ("bookworm", "trixie", "namespace")
 DEFAULT_LANE = "bookworm"
-BOOT_LOG = "/var/log/gpu-cluster/boot.log"
 LAUNCH_PARALLEL = 4
-STATUS = "/var/lib/gpu-cluster/status"
 # The entry point's lines in boot.log: "<ts> [boot] end 10-identity ok after 3s",
 # "<ts> [boot] FAILED 30-fsx after 0s: <reason>"; steps log "<ts> [NN-step] ...".
 STEP_LINE = re.compile(r"^\S+ \[(?P<who>[^\]]+)\] (?P<msg>.*)$")
@@ -183,7 +181,7 @@ class LocalCluster:
         # cloud-init keeps x-shellscript parts as files and runs them after write_files.
         for i, script in enumerate(scripts):
             to_write[f"{SCRIPTS_DIR}/part-{i + 1:03d}"] = (script, 0o700, "root:root")
-        to_write[OVERRIDES_PATH] = (overrides_env(), 0o644, "root:root")
+        to_write[layout.OVERRIDES_ENV] = (overrides_env(), 0o644, "root:root")
         to_write.update(extra or {})
         tags = node_tags.identity_tags(self.name, role, expected or self.expected_nodes(), node_tags.ON_DEMAND)
         if self.machines:
@@ -280,7 +278,7 @@ class LocalCluster:
         per-boot script, which runs gpu-cluster-boot again. Returns once its boot ended.
         """
         node = self._machine(hostname)
-        log = node.upper(BOOT_LOG)
+        log = node.upper(layout.BOOT_LOG)
         w = BootWatch(node, None, offset=log.stat().st_size if log.exists() else 0, since=time.time())
         if hard:
             self.out(f"{hostname}: power off (pulled plug) and boot again")
@@ -339,7 +337,7 @@ class LocalCluster:
 
     # ---- watching ------------------------------------------------------------------
     def log_tail(self, node: Node, n: int) -> list[str]:
-        p = node.upper(BOOT_LOG)
+        p = node.upper(layout.BOOT_LOG)
         lines = p.read_text(errors="replace").splitlines() if p.exists() else []
         if not lines:
             c = node.path / "console.log"
@@ -347,7 +345,7 @@ class LocalCluster:
         return lines[-n:]
 
     def poll(self, w: BootWatch) -> None:
-        p = w.node.upper(BOOT_LOG)
+        p = w.node.upper(layout.BOOT_LOG)
         if p.exists():
             with open(p, "rb") as f:
                 f.seek(w.offset)
@@ -387,7 +385,7 @@ class LocalCluster:
 
     @staticmethod
     def _fresh_state(w: BootWatch) -> str | None:
-        st = w.node.upper(STATUS)
+        st = w.node.upper(layout.LOCAL_STATUS)
         try:
             if st.stat().st_mtime < w.since:
                 return None
@@ -519,16 +517,17 @@ class LocalCluster:
     def container_srun(self, timeout: float = 240) -> subprocess.CompletedProcess:
         n = len(self.c.nodes)
         self.test_image()
+        fsx = layout.FSX_MOUNTPOINT
         script = (
             'echo "$(cat /proc/sys/kernel/hostname): $(. /etc/os-release; echo "$PRETTY_NAME"); '
-            "/fsx mounted: $([ -f /fsx/" + TEST_IMAGE + ' ] && echo yes || echo no)"'
+            f'{fsx} mounted: $([ -f {fsx}/{TEST_IMAGE} ] && echo yes || echo no)"'
         )
         return self.ctl(
             "srun",
             f"-N{n}",
             "--time=5",
-            f"--container-image=/fsx/{TEST_IMAGE}",
-            "--container-mounts=/fsx:/fsx",
+            f"--container-image={fsx}/{TEST_IMAGE}",
+            f"--container-mounts={fsx}:{fsx}",
             "bash",
             "-c",
             script,
@@ -537,7 +536,8 @@ class LocalCluster:
 
     def show_container(self) -> None:
         n = len(self.c.nodes)
-        self.out(f"$ srun -N{n} --container-image=/fsx/{TEST_IMAGE} --container-mounts=/fsx:/fsx bash -c '...'")
+        fsx = layout.FSX_MOUNTPOINT
+        self.out(f"$ srun -N{n} --container-image={fsx}/{TEST_IMAGE} --container-mounts={fsx}:{fsx} bash -c '...'")
         if "--container-image" not in self.ctl("srun", "--help").stdout:
             self.out("(skipped: Pyxis is not loaded on this lane's root; srun has no --container-image)")
             return
@@ -555,11 +555,11 @@ class LocalCluster:
     def sbatch_demo(self, n: int, timeout: float = 120) -> str:
         script = (
             "#!/bin/bash\n"
-            f"#SBATCH -N{n}\n#SBATCH --time=2\n#SBATCH -o /fsx/localcluster/job-%j.out\n"
+            f"#SBATCH -N{n}\n#SBATCH --time=2\n#SBATCH -o {layout.FSX_MOUNTPOINT}/localcluster/job-%j.out\n"
             'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"\n'
             "srun -l hostname\n"
         )
-        self.ctl("mkdir", "-p", "/fsx/localcluster")
+        self.ctl("mkdir", "-p", f"{layout.FSX_MOUNTPOINT}/localcluster")
         r = self.c.run(self.c.controller(), ["sbatch", "--parsable"], input=script)
         if r.returncode != 0:
             return f"sbatch failed: {r.stderr.strip()}"
@@ -576,7 +576,8 @@ class LocalCluster:
         return f"job {job}: {state.group(1) if state else '?'}\n{body}"
 
     def validation_dir(self) -> Path:
-        return self.c.fsx_dir / ".gpu-cluster" / self.name / "validation"
+        # the host side of the nodes' shared /fsx: the same relative path as on a node
+        return self.c.fsx_dir / Path(layout.validation_results(self.name)).relative_to(layout.FSX_MOUNTPOINT)
 
     def validation_job(self, timeout: float = 300) -> str | None:
         """Wait for the first-boot validation job (submitted by the controller's hand-off) to end."""
@@ -647,7 +648,7 @@ class LocalCluster:
         self.out(f"local cluster '{self.name}': {len(self.c.nodes)} nodes, lane {self.lane}, state in {self.c.root}")
         for node in self.c.nodes.values():
             status = "-"
-            st = node.upper(STATUS)
+            st = node.upper(layout.LOCAL_STATUS)
             if st.exists():
                 try:
                     j = json.loads(st.read_text())

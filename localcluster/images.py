@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import mirror as mirror_mod
+from userdata import layout
+from userdata.layout import ENTRY_POINT
 
 CACHE_ROOT = mirror_mod.CACHE_ROOT
 # The builder's own code as loaded (not as on disk later): a process that imported an
@@ -59,8 +61,6 @@ _SOURCE_SHA256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 HOST_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 HOST_SOURCES_LIST = Path("/etc/apt/sources.list")
 HOST_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")  # debian-archive-keyring
-ENTRY_POINT = "/opt/gpu-cluster/bin/gpu-cluster-boot"
-OVERRIDES_PATH = "/etc/gpu-cluster/overrides.env"
 MANIFEST_PATH = "/var/lib/gpu-cluster-image/manifest.json"
 # Where the root sees the Enroot/Pyxis mirror during the bake (an empty directory after).
 MIRROR_MOUNT = "/mnt/gpu-cluster-mirror"
@@ -569,11 +569,11 @@ def _installed(root: Path) -> dict[str, str]:
 def _clean(st: _Stages, root: Path, manifest: dict) -> None:
     # The bake's run of the entry point leaves a status marker and a boot log: a node
     # booted from this image must start as a new instance, with neither.
-    boot_log = root / "var/log/gpu-cluster/boot.log"
+    boot_log = root / layout.BOOT_LOG.lstrip("/")
     if boot_log.exists():
         st.note("bake boot.log:\n" + boot_log.read_text(errors="replace"))
-    for d in ("var/lib/gpu-cluster", "var/log/gpu-cluster", "var/lib/cloud"):
-        shutil.rmtree(root / d, ignore_errors=True)
+    for d in (layout.STATE_DIR, layout.LOG_DIR, "/var/lib/cloud"):
+        shutil.rmtree(root / d.lstrip("/"), ignore_errors=True)
     # An empty machine-id: each machine booted from the image gets its own. No
     # hostname either (debootstrap copies the build machine's): cloud-init sets it.
     (root / "etc/machine-id").write_text("")
@@ -613,7 +613,8 @@ def build_root(lane: str, payload_files: dict[str, bytes] | None = None) -> Path
             with st.run("payload"):
                 lay_down(tmp, files)
                 lay_down(
-                    tmp, {OVERRIDES_PATH: "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()).encode()}
+                    tmp,
+                    {layout.OVERRIDES_ENV: "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()).encode()},
                 )
             with st.run("packages"), _debs_locked(ln):
                 _bake(st, ln, tmp, mirror)

@@ -36,11 +36,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from userdata import layout
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SEED_DIR = "var/lib/cloud/seed/nocloud"
 CLOUD_CFG = "etc/cloud/cloud.cfg.d/90-gpu-cluster-local.cfg"
 CGROUP_UNIT = "gpu-cluster-local-cgroups.service"
-OVERRIDES = "etc/gpu-cluster/overrides.env"
+OVERRIDES = layout.OVERRIDES_ENV.lstrip("/")  # relative to a machine's root
 REBOOT_EXIT = 133  # systemd-nspawn's exit status when the machine asked for a reboot
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

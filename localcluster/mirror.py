@@ -175,78 +175,92 @@ def _control(stage: Path, fields: dict[str, str], scripts: dict[str, str] | None
         (debian / "conffiles").write_text("".join(f"{p}\n" for p in etc))
 
 
+def _compile_helpers(src: Path, log) -> None:
+    for h in HELPERS:
+        # -include bsd/string.h: strlcpy & co. come from libbsd with glibc; -lbsd last
+        # so --as-needed keeps it.
+        _run(
+            [
+                "gcc",
+                "-std=c99",
+                "-O2",
+                "-D_GNU_SOURCE",
+                "-include",
+                "bsd/string.h",
+                f"bin/enroot-{h}.c",
+                "-o",
+                f"bin/enroot-{h}",
+                "-lbsd",
+            ],
+            log,
+            cwd=src,
+        )
+
+
+def _make_install(src: Path, stage: Path, log) -> None:
+    makeself = src / "deps/dist/makeself/bin/enroot-makeself"
+    makeself.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(shutil.which("makeself") or "makeself", makeself)
+    # Upstream's Debian rules: build with clean paths first, then install into the
+    # staging tree (installing alone would bake the staging path into `enroot`).
+    layout = ["FORCE_GLIBC=1", "prefix=", "exec_prefix=/usr", "datarootdir=/usr/share"]
+    keep = ["-o", "deps"] + [a for h in HELPERS for a in ("-o", f"bin/enroot-{h}")]
+    _run(["make", *keep, *layout, "all"], log, cwd=src)
+    _run(["make", *keep, *layout, f"DESTDIR={stage}", "install"], log, cwd=src)
+    installed = stage / "usr/bin/enroot-makeself"
+    installed.unlink()
+    installed.symlink_to("/usr/bin/makeself")
+
+
+def _enroot_controls(stage: Path, caps: Path, arch: str) -> None:
+    """The control files of both packages: enroot itself, and enroot+caps (no files, only the
+    maintainer scripts that set the helpers' capabilities)."""
+    version = f"{ENROOT_VERSION}-{DEB_REVISION}"
+    maint = "gpu-cluster local mirror <root@localhost>"
+    _control(
+        stage,
+        {
+            "Package": "enroot",
+            "Version": version,
+            "Architecture": arch,
+            "Maintainer": maint,
+            "Depends": ENROOT_DEPENDS,
+            "Recommends": "pigz",
+            "Section": "utils",
+            "Priority": "optional",
+            "Homepage": "https://github.com/NVIDIA/enroot",
+            "Description": "Unprivileged container sandboxing utility\n"
+            " Rebuilt from the upstream release source for a local mirror.",
+        },
+    )
+    _control(
+        caps,
+        {
+            "Package": "enroot+caps",
+            "Version": version,
+            "Architecture": arch,
+            "Maintainer": maint,
+            "Depends": f"enroot (= {version}), libcap2-bin",
+            "Section": "utils",
+            "Priority": "optional",
+            "Homepage": "https://github.com/NVIDIA/enroot",
+            "Description": "Unprivileged container sandboxing utility (extra capabilities)\n"
+            " Grants the image import helpers their file capabilities.",
+        },
+        {"postinst": CAPS_POSTINST, "prerm": CAPS_PRERM},
+    )
+
+
 def build_enroot_debs(tarball: Path, out_dir: Path, arch: str, log) -> tuple[Path, Path]:
     """Build enroot_<v>-1_<arch>.deb and enroot+caps_<v>-1_<arch>.deb into out_dir."""
     check_build_tools()
     with tempfile.TemporaryDirectory(prefix="enroot-build-") as tmp:
         src = _extract(tarball, Path(tmp) / "src")
-        for h in HELPERS:
-            # -include bsd/string.h: strlcpy & co. come from libbsd with glibc; -lbsd last
-            # so --as-needed keeps it.
-            _run(
-                [
-                    "gcc",
-                    "-std=c99",
-                    "-O2",
-                    "-D_GNU_SOURCE",
-                    "-include",
-                    "bsd/string.h",
-                    f"bin/enroot-{h}.c",
-                    "-o",
-                    f"bin/enroot-{h}",
-                    "-lbsd",
-                ],
-                log,
-                cwd=src,
-            )
-        makeself = src / "deps/dist/makeself/bin/enroot-makeself"
-        makeself.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(shutil.which("makeself") or "makeself", makeself)
-        # Upstream's Debian rules: build with clean paths first, then install into the
-        # staging tree (installing alone would bake the staging path into `enroot`).
-        layout = ["FORCE_GLIBC=1", "prefix=", "exec_prefix=/usr", "datarootdir=/usr/share"]
-        keep = ["-o", "deps"] + [a for h in HELPERS for a in ("-o", f"bin/enroot-{h}")]
-        _run(["make", *keep, *layout, "all"], log, cwd=src)
+        _compile_helpers(src, log)
         stage = Path(tmp) / "enroot"
-        _run(["make", *keep, *layout, f"DESTDIR={stage}", "install"], log, cwd=src)
-        installed = stage / "usr/bin/enroot-makeself"
-        installed.unlink()
-        installed.symlink_to("/usr/bin/makeself")
-        version = f"{ENROOT_VERSION}-{DEB_REVISION}"
-        maint = "gpu-cluster local mirror <root@localhost>"
-        _control(
-            stage,
-            {
-                "Package": "enroot",
-                "Version": version,
-                "Architecture": arch,
-                "Maintainer": maint,
-                "Depends": ENROOT_DEPENDS,
-                "Recommends": "pigz",
-                "Section": "utils",
-                "Priority": "optional",
-                "Homepage": "https://github.com/NVIDIA/enroot",
-                "Description": "Unprivileged container sandboxing utility\n"
-                " Rebuilt from the upstream release source for a local mirror.",
-            },
-        )
+        _make_install(src, stage, log)
         caps = Path(tmp) / "caps"
-        _control(
-            caps,
-            {
-                "Package": "enroot+caps",
-                "Version": version,
-                "Architecture": arch,
-                "Maintainer": maint,
-                "Depends": f"enroot (= {version}), libcap2-bin",
-                "Section": "utils",
-                "Priority": "optional",
-                "Homepage": "https://github.com/NVIDIA/enroot",
-                "Description": "Unprivileged container sandboxing utility (extra capabilities)\n"
-                " Grants the image import helpers their file capabilities.",
-            },
-            {"postinst": CAPS_POSTINST, "prerm": CAPS_PRERM},
-        )
+        _enroot_controls(stage, caps, arch)
         main_deb, caps_deb = (out_dir / n for n in enroot_deb_names(arch))
         out_dir.mkdir(parents=True, exist_ok=True)
         _run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(stage), str(main_deb)], log)

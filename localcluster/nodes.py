@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from localcluster import machine
+from userdata import layout
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = Path(os.environ.get("GPU_CLUSTER_LOCAL_DIR", "/var/tmp/gpu-cluster-local"))
@@ -271,7 +272,7 @@ class Cluster:
         node.cgroups = machine.make_cgroups(f"gcl-{self.name}-{node.hostname}")
         binds = [(p, p, True) for p in ro_binds]
         if fsx:
-            binds.append((str(self.fsx_dir), "/fsx", False))
+            binds.append((str(self.fsx_dir), layout.FSX_MOUNTPOINT, False))
         (node.path / "nspawn.json").write_text(
             json.dumps(machine.nspawn_argv(root, node.hostname, NETNS_DIR / node.netns, binds))
         )
@@ -291,17 +292,24 @@ class Cluster:
         """Mount the shared directory on /fsx of a running node launched without it
         (/fsx appearing late, as a Lustre mount that only succeeds on a later try)."""
         if not node.is_machine:  # namespace lane: bind it in the node's mount namespace
-            sh("nsenter", f"--mount=/proc/{node.init_pid}/ns/mnt", "mount", "--bind", str(self.fsx_dir), "/fsx")
+            sh(
+                "nsenter",
+                f"--mount=/proc/{node.init_pid}/ns/mnt",
+                "mount",
+                "--bind",
+                str(self.fsx_dir),
+                layout.FSX_MOUNTPOINT,
+            )
             node.fsx = True
             self.save()
             return
         pid = node.leader()
         if pid is None:
             raise RuntimeError(f"{node.hostname}: machine is not running")
-        machine.bind_into(node.hostname, pid, self.fsx_dir, "/fsx")
+        machine.bind_into(node.hostname, pid, self.fsx_dir, layout.FSX_MOUNTPOINT)
         node.fsx = True
         argv = json.loads((node.path / "nspawn.json").read_text())  # and on its next boots
-        bind = f"--bind={self.fsx_dir}:/fsx"
+        bind = f"--bind={self.fsx_dir}:{layout.FSX_MOUNTPOINT}"
         if bind not in argv:
             (node.path / "nspawn.json").write_text(json.dumps(argv + [bind]))
             machine.set_argv(node.path, argv + [bind])  # a reboot's nspawn has it too
@@ -368,15 +376,15 @@ class Cluster:
             ctl = Path(cg).parent.name
             lines.append(f"mount --bind {cg} {CGROUP_ROOT / ctl}")
         if node.fsx:
-            lines.append(f"mount --bind {self.fsx_dir} /fsx")
+            lines.append(f"mount --bind {self.fsx_dir} {layout.FSX_MOUNTPOINT}")
         lines += [f"echo ready > {d / 'init.ready'}", "exec sleep infinity"]
         return "\n".join(lines) + "\n"
 
     def _start_init(self, node: Node) -> None:
         script = node.path / "init.sh"
         script.write_text(self._setup_script(node))
-        if not Path("/fsx").exists():
-            Path("/fsx").mkdir()  # an empty mount point; removed again by `down`
+        if not Path(layout.FSX_MOUNTPOINT).exists():
+            Path(layout.FSX_MOUNTPOINT).mkdir()  # an empty mount point; removed again by `down`
             (self.root.parent / ".created-fsx").write_text("1\n")
         log = open(node.path / "init.log", "w")
         proc = subprocess.Popen(
@@ -559,12 +567,12 @@ class Cluster:
         if not others:
             if (
                 marker.exists()
-                and Path("/fsx").is_dir()
-                and not os.path.ismount("/fsx")
-                and not any(Path("/fsx").iterdir())
+                and Path(layout.FSX_MOUNTPOINT).is_dir()
+                and not os.path.ismount(layout.FSX_MOUNTPOINT)
+                and not any(Path(layout.FSX_MOUNTPOINT).iterdir())
             ):
-                Path("/fsx").rmdir()
-                removed.append("/fsx")
+                Path(layout.FSX_MOUNTPOINT).rmdir()
+                removed.append(layout.FSX_MOUNTPOINT)
             if base.exists():
                 shutil.rmtree(base, ignore_errors=True)
         self.nodes = {}

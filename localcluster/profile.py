@@ -27,6 +27,7 @@ import yaml
 
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig, parse_config
+from userdata import layout
 
 PROFILE_NOTE = "test profile: no GPUs, CPUs/memory from this host"
 AZ = "us-east-2b"
@@ -88,7 +89,7 @@ def local_config(name: str = "local", nodes: int = 2) -> ClusterConfig:
                 "wait_for_nodes_minutes": 5,
                 # room for the container step's bound (userdata/validation_files.py TIMEOUTS)
                 "time_limit_minutes": 15,
-                "container_image": f"/fsx/{TEST_IMAGE}",
+                "container_image": f"{layout.FSX_MOUNTPOINT}/{TEST_IMAGE}",
             },
         }
     )

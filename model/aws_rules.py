@@ -1,6 +1,8 @@
 """What AWS accepts, as pure checks: each returns None or the reason a value is refused.
 
-`model/config.py` turns the reasons into `path: message` lines with the key and the fix.
+The one home of AWS naming rules (ids, zone names, ARNs, registry hosts, SSM and
+Secrets Manager names); the section modules (`model/network.py` ...) turn the reasons
+into `path: message` lines with the key and the fix.
 Every rule here is one AWS refuses only after other resources exist (FSx and the
 network take tens of minutes) or silently at every instance launch, so the stack file
 is refused before anything is created. No pulumi or boto3 import.
@@ -59,7 +61,12 @@ REGIONS = frozenset(r for regions in KNOWN_REGIONS.values() for r in regions)
 
 # An AZ name is its region's code and one letter [AWS-REGIONS] (Local and Wavelength
 # Zones have longer names; EFA peers and Capacity Blocks live in AZs).
-_AZ_IN = re.compile(r"^(?P<region>[a-z]{2}(?:-[a-z]+)+-\d)(?P<letter>[a-z])$")
+AZ_NAME = re.compile(r"^(?P<region>[a-z]{2}(?:-[a-z]+)+-\d)(?P<letter>[a-z])$")
+
+
+def is_resource_id(prefix: str, value: str) -> bool:
+    """An EC2 resource id: `<prefix>-<8 to 17 hex digits>` (subnet-, ami-, cr-)."""
+    return re.match(rf"^{prefix}-[0-9a-f]{{8,17}}$", value) is not None
 
 
 def region_problem(region: str) -> str | None:
@@ -75,7 +82,7 @@ def region_problem(region: str) -> str | None:
 
 def az_region(az: str) -> str | None:
     """The region an AZ name belongs to, or None when it is not `<region><letter>`."""
-    m = _AZ_IN.match(az)
+    m = AZ_NAME.match(az)
     return m.group("region") if m else None
 
 
@@ -261,3 +268,34 @@ def container_image_problem(ref: str) -> str | None:
             "'nvcr.io#nvidia/pytorch:26.08-py3', or '' to skip the in-container check"
         )
     return None
+
+
+# S3 URI of a data repository: s3://bucket[/prefix].
+S3_URI = re.compile(r"^s3://([^/\s]*)(/\S*)?$")
+
+# An ECR private registry host: <account>.dkr.ecr.<region>.amazonaws.com[.cn] [ECR-AUTH].
+ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+ACCOUNT_ID = re.compile(r"^\d{12}$")
+# A registry host as Enroot matches it in its credentials file (`machine <host>`), with
+# an optional port; lowercase, because registry hosts are DNS names.
+REGISTRY_HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:\d{1,5})?$")
+# SSM parameter names: letters, digits and . - _ with / for hierarchies of at most 15
+# levels, at most 1011 characters, no 'aws' or 'ssm' prefix [SSM-NAMES].
+SSM_NAME = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+SSM_RESERVED_PREFIX = re.compile(r"^/?(aws|ssm)", re.IGNORECASE)
+
+
+def is_ssm_parameter_name(name: str) -> bool:
+    return bool(SSM_NAME.match(name)) and len(name) <= 1011 and name.count("/") <= 15
+
+
+# Secrets Manager: a name (letters, digits and /_+=.@-) or the secret's full ARN [SM-ARN].
+SM_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+SM_ARN = re.compile(r"^arn:aws(-cn|-us-gov)?:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
+
+# arn:PARTITION:iam::(aws|ACCOUNT):policy/[PATH/]NAME; names and paths use letters,
+# digits and +=,.@_- [IAM-QUOTAS]. The partitions IAM exists in: aws, aws-cn, aws-us-gov.
+POLICY_ARN = re.compile(r"^arn:(aws|aws-cn|aws-us-gov):iam::(aws|\d{12}):policy/(?:[\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
+# service:Action, with * and ? wildcards in the action part [IAM-JSON].
+IAM_ACTION = re.compile(r"^[a-z0-9][a-z0-9-]*:[A-Za-z0-9*?]+$")
+IAM_SID = re.compile(r"^[A-Za-z0-9]*$")  # IAM policies: ASCII letters and digits only [IAM-JSON]

@@ -11,7 +11,8 @@ import typing
 
 from pydantic import BaseModel
 
-from model.config import ROOT, ClusterConfig
+from model.config import ClusterConfig
+from model.paths import ROOT
 
 
 def _type_name(annotation) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from model.config import ROOT, ClusterConfig
+from model.config import ClusterConfig
 from model.fsx_identity import replacement_problems
+from model.paths import ROOT
 from model.schedule import schedule_problems
 
 

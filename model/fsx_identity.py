@@ -20,7 +20,9 @@ less specific message.
 
 from __future__ import annotations
 
-from model.config import ROOT, ClusterConfig, FsxConfig, FsxIdentity
+from model.config import ClusterConfig
+from model.fsx import FsxConfig, FsxIdentity
+from model.paths import ROOT
 
 LUSTRE_VERSION = "2.15"  # what the Ubuntu 24.04 Lustre client packages speak
 STORAGE_TYPE = "SSD"

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.config import ROOT, ClusterConfig
+from model.config import ClusterConfig
+from model.paths import ROOT
 
 # value -> the shipped stack file(s) it appears in. Only values that name something in
 # an AWS account: names, sizes, dates and tags are the user's choice, and the block

@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from model.config import ROOT, UNSUPPORTED_UBUNTU, ClusterConfig
+from model.capacity import CapacityBlock
+from model.config import ClusterConfig
+from model.image import UNSUPPORTED_UBUNTU
+from model.paths import loc_to_path
 from model.tags import CLUSTER as CLUSTER_TAG
 
 # Capacity Block states a cluster can launch into now or later. The others
@@ -106,10 +109,7 @@ class Finding:
 
 
 def path(*parts: str | int) -> str:
-    p = ROOT
-    for part in parts:
-        p += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return p
+    return loc_to_path(parts)
 
 
 def launch_template_name(name_base: str) -> str:
@@ -152,9 +152,81 @@ def _as_datetime(value: object) -> datetime | None:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
+_FIND_BLOCK = "run `python3 -m ops find-blocks` to find and buy one"
+
+
+def _block_state_findings(b: CapacityBlock, f: BlockFacts, rid: str, facts: PreflightFacts) -> list[Finding]:
+    """The reservation is a Capacity Block nodes can still launch into."""
+    out: list[Finding] = []
+    if f.reservation_type and f.reservation_type != CAPACITY_BLOCK_TYPE:
+        out.append(
+            Finding(
+                rid,
+                f"{b.reservation_id} is a '{f.reservation_type}' Capacity Reservation, not a "
+                f"Capacity Block; the launch template uses market type capacity-block, so "
+                f"give the id of a Capacity Block",
+            )
+        )
+    ended = f.end is not None and f.end <= facts.now
+    if f.state not in USABLE_STATES:
+        when = f" (ended {iso(f.end)})" if f.state == "expired" else ""
+        out.append(
+            Finding(
+                rid,
+                f"block {b.reservation_id} is {f.state}{when}, not scheduled or active; "
+                f"no node can launch into it: {_FIND_BLOCK} and replace this entry",
+            )
+        )
+    elif ended:
+        out.append(
+            Finding(rid, f"block {b.reservation_id} ended at {iso(f.end)}; {_FIND_BLOCK} and replace this entry")
+        )
+    return out
+
+
+def _block_declared_findings(cfg: ClusterConfig, i: int, b: CapacityBlock, f: BlockFacts) -> list[Finding]:
+    """What the stack file declares about the block matches EC2's record of it."""
+    out: list[Finding] = []
+    if f.instance_type and f.instance_type != cfg.instance_type:
+        out.append(
+            Finding(
+                path("capacity", "capacity_blocks", i, "reservation_id"),
+                f"block {b.reservation_id} holds {f.instance_type} but instance_type is "
+                f"{cfg.instance_type}; a block launches only its own type: use a "
+                f"{cfg.instance_type} block or change instance_type",
+            )
+        )
+    if f.availability_zone and f.availability_zone != b.availability_zone:
+        out.append(
+            Finding(
+                path("capacity", "capacity_blocks", i, "availability_zone"),
+                f"block {b.reservation_id} is in {f.availability_zone}, not {b.availability_zone}; "
+                f"set it to {f.availability_zone} (and network.availability_zone with a subnet there)",
+            )
+        )
+    if f.total_instance_count and f.total_instance_count != b.instance_count:
+        out.append(
+            Finding(
+                path("capacity", "capacity_blocks", i, "instance_count"),
+                f"block {b.reservation_id} holds {f.total_instance_count} instances, not "
+                f"{b.instance_count}; set instance_count: {f.total_instance_count}",
+            )
+        )
+    for key, actual in (("start", f.start), ("end", f.end)):
+        declared = _as_datetime(getattr(b, key, None))
+        if declared is not None and actual is not None and declared != actual:
+            out.append(
+                Finding(
+                    path("capacity", "capacity_blocks", i, key),
+                    f"block {b.reservation_id} {key}s at {iso(actual)}, not {iso(declared)}; "
+                    f"set {key}: '{iso(actual)}'",
+                )
+            )
+    return out
+
+
 def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
     out: list[Finding] = []
-    find = "run `python3 -m ops find-blocks` to find and buy one"
     for i, b in enumerate(cfg.capacity.capacity_blocks):
         f = facts.blocks.get(b.reservation_id)
         rid = path("capacity", "capacity_blocks", i, "reservation_id")
@@ -165,66 +237,70 @@ def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
                 Finding(
                     rid,
                     f"{b.reservation_id} does not exist in this account in {facts.region}; "
-                    f"check the id and aws:region, or {find}",
+                    f"check the id and aws:region, or {_FIND_BLOCK}",
                 )
             )
             continue
-        if f.reservation_type and f.reservation_type != CAPACITY_BLOCK_TYPE:
-            out.append(
-                Finding(
-                    rid,
-                    f"{b.reservation_id} is a '{f.reservation_type}' Capacity Reservation, not a "
-                    f"Capacity Block; the launch template uses market type capacity-block, so "
-                    f"give the id of a Capacity Block",
-                )
+        out += _block_state_findings(b, f, rid, facts)
+        out += _block_declared_findings(cfg, i, b, f)
+    return out
+
+
+def _route_finding(s: SubnetFacts, sp: str) -> Finding | None:
+    """The subnet's default route: private, out through a NAT gateway."""
+    target = s.default_route_target
+    if target is None:
+        return Finding(
+            sp,
+            f"{s.subnet_id} has no 0.0.0.0/0 route; nodes need egress for SSM, S3 and "
+            "image pulls: add a route to a NAT gateway",
+        )
+    if target.startswith("igw-"):
+        return Finding(
+            sp,
+            f"{s.subnet_id} is public (0.0.0.0/0 goes to {target}); nodes have no public IP "
+            "and must not be reachable: use a private subnet whose 0.0.0.0/0 goes to a NAT gateway",
+        )
+    if not target.startswith("nat-"):
+        return Finding(
+            sp,
+            f"0.0.0.0/0 of {s.subnet_id} goes to {target}, not a NAT gateway; make sure it "
+            "reaches SSM, S3 and the container registry",
+            "warning",
+        )
+    return None
+
+
+def _subnet_findings(s: SubnetFacts, az: str, region: str) -> list[Finding]:
+    sp = path("network", "subnet_id")
+    if not s.found:
+        return [
+            Finding(
+                sp,
+                f"{s.subnet_id} does not exist in this account in {region}; "
+                "check the id, or omit subnet_id to create a VPC",
             )
-        ended = f.end is not None and f.end <= facts.now
-        if f.state not in USABLE_STATES:
-            when = f" (ended {iso(f.end)})" if f.state == "expired" else ""
-            out.append(
-                Finding(
-                    rid,
-                    f"block {b.reservation_id} is {f.state}{when}, not scheduled or active; "
-                    f"no node can launch into it: {find} and replace this entry",
-                )
+        ]
+    out: list[Finding] = []
+    if s.availability_zone and s.availability_zone != az:
+        out.append(
+            Finding(
+                sp,
+                f"{s.subnet_id} is in {s.availability_zone} but network.availability_zone is {az}; "
+                f"use a private subnet in {az}",
             )
-        elif ended:
-            out.append(Finding(rid, f"block {b.reservation_id} ended at {iso(f.end)}; {find} and replace this entry"))
-        if f.instance_type and f.instance_type != cfg.instance_type:
-            out.append(
-                Finding(
-                    rid,
-                    f"block {b.reservation_id} holds {f.instance_type} but instance_type is "
-                    f"{cfg.instance_type}; a block launches only its own type: use a "
-                    f"{cfg.instance_type} block or change instance_type",
-                )
+        )
+    route = _route_finding(s, sp)
+    if route is not None:
+        out.append(route)
+    if s.vpc_dns_support is False:
+        out.append(
+            Finding(
+                sp,
+                f"VPC {s.vpc_id} has DNS support off; the FSx and SSM endpoint names do not "
+                f"resolve: aws ec2 modify-vpc-attribute --vpc-id {s.vpc_id} --enable-dns-support",
             )
-        if f.availability_zone and f.availability_zone != b.availability_zone:
-            out.append(
-                Finding(
-                    path("capacity", "capacity_blocks", i, "availability_zone"),
-                    f"block {b.reservation_id} is in {f.availability_zone}, not {b.availability_zone}; "
-                    f"set it to {f.availability_zone} (and network.availability_zone with a subnet there)",
-                )
-            )
-        if f.total_instance_count and f.total_instance_count != b.instance_count:
-            out.append(
-                Finding(
-                    path("capacity", "capacity_blocks", i, "instance_count"),
-                    f"block {b.reservation_id} holds {f.total_instance_count} instances, not "
-                    f"{b.instance_count}; set instance_count: {f.total_instance_count}",
-                )
-            )
-        for key, actual in (("start", f.start), ("end", f.end)):
-            declared = _as_datetime(getattr(b, key, None))
-            if declared is not None and actual is not None and declared != actual:
-                out.append(
-                    Finding(
-                        path("capacity", "capacity_blocks", i, key),
-                        f"block {b.reservation_id} {key}s at {iso(actual)}, not {iso(declared)}; "
-                        f"set {key}: '{iso(actual)}'",
-                    )
-                )
+        )
     return out
 
 
@@ -239,62 +315,9 @@ def check_network(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
                 f"{az} is not an available zone of {facts.region} ({zones}); use one of them or fix aws:region",
             )
         )
-    s = facts.subnet
-    if cfg.network.subnet_id is None or s is None:
+    if cfg.network.subnet_id is None or facts.subnet is None:
         return out
-    sp = path("network", "subnet_id")
-    if not s.found:
-        out.append(
-            Finding(
-                sp,
-                f"{s.subnet_id} does not exist in this account in {facts.region}; "
-                "check the id, or omit subnet_id to create a VPC",
-            )
-        )
-        return out
-    if s.availability_zone and s.availability_zone != az:
-        out.append(
-            Finding(
-                sp,
-                f"{s.subnet_id} is in {s.availability_zone} but network.availability_zone is {az}; "
-                f"use a private subnet in {az}",
-            )
-        )
-    target = s.default_route_target
-    if target is None:
-        out.append(
-            Finding(
-                sp,
-                f"{s.subnet_id} has no 0.0.0.0/0 route; nodes need egress for SSM, S3 and "
-                "image pulls: add a route to a NAT gateway",
-            )
-        )
-    elif target.startswith("igw-"):
-        out.append(
-            Finding(
-                sp,
-                f"{s.subnet_id} is public (0.0.0.0/0 goes to {target}); nodes have no public IP "
-                "and must not be reachable: use a private subnet whose 0.0.0.0/0 goes to a NAT gateway",
-            )
-        )
-    elif not target.startswith("nat-"):
-        out.append(
-            Finding(
-                sp,
-                f"0.0.0.0/0 of {s.subnet_id} goes to {target}, not a NAT gateway; make sure it "
-                "reaches SSM, S3 and the container registry",
-                "warning",
-            )
-        )
-    if s.vpc_dns_support is False:
-        out.append(
-            Finding(
-                sp,
-                f"VPC {s.vpc_id} has DNS support off; the FSx and SSM endpoint names do not "
-                f"resolve: aws ec2 modify-vpc-attribute --vpc-id {s.vpc_id} --enable-dns-support",
-            )
-        )
-    return out
+    return out + _subnet_findings(facts.subnet, az, facts.region)
 
 
 def check_names(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:

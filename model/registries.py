@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model.config import ECR_HOST, STACK_SECRET_PREFIX, ContainersConfig
+from model.aws_rules import ECR_HOST
+from model.containers import STACK_SECRET_PREFIX, ContainersConfig
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from model.config import ROOT, ClusterConfig, NodeGroup, iso_utc
+from model.capacity import NodeGroup, iso_utc
+from model.config import ClusterConfig
+from model.paths import ROOT
 
 # Auto Scaling refuses a scheduled action whose start time is in the past, and a
 # preview runs minutes before the update that creates the action: a block that starts

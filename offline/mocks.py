@@ -21,7 +21,7 @@ import grpc
 import pulumi
 from pulumi.runtime import rpc
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE
+from model.paths import CONFIG_KEY, CONFIG_NAMESPACE
 from stackfile.tree import json_default
 
 FSX_ID = "fs-0123456789abcdef0"

@@ -46,7 +46,7 @@ from typing import Any
 
 import pulumi
 
-from infra.stack import one_line
+from model.errors import one_line
 from offline.mocks import PlanMocks, plan_mocks, run_under_mocks
 from stackfile.errors import InputError
 from stackfile.location import stack_file

@@ -14,7 +14,7 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError
 
 from model.catalog import SUPPORTED_INSTANCE_TYPES
-from model.config import ConfigError
+from model.errors import ConfigError, one_line
 from ops import blocks, pin, preflight, replace, status
 from ops.aws import OpsError, Session, describe_error
 from ops.context import Context
@@ -109,7 +109,7 @@ def main(
         return 2
     except InputError as err:  # the stack file itself: the plan writer's lines, byte for byte
         for line in err.lines:
-            print(line, file=ctx.err)
+            print(one_line(line), file=ctx.err)
         return 2
     except OpsError as err:
         print(f"gpu-cluster-ops {args.command}: {err}", file=ctx.err)

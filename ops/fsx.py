@@ -3,7 +3,7 @@
 The `fsx_identity` stack output is computed from the config, so after a config edit it
 shows what the file system *would* be created with now; the live file system says
 what it *was* created with, which is what `fsx.pinned` must hold. The fields come from
-`model.config.FsxIdentity` itself (`LIVE_FIELDS` must cover exactly its fields, checked
+`model.fsx.FsxIdentity` itself (`LIVE_FIELDS` must cover exactly its fields, checked
 at import), so a field added to the model cannot be left out here silently.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from model.config import ClusterConfig, FsxIdentity
+from model.config import ClusterConfig
+from model.fsx import FsxIdentity
 from model.tags import CLUSTER as CLUSTER_TAG
 from ops.aws import OpsError, call
 

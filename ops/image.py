@@ -2,7 +2,7 @@
 
 Shared by `pin --image` (what to pin) and `preflight` (is the pinned id usable here).
 The rule is the program's own: an Ubuntu 22.04 image is refused because its Slurm 21.08
-has no dynamic nodes (`slurmd -Z` came in 22.05), the same regex `model/config.py`
+has no dynamic nodes (`slurmd -Z` came in 22.05), the same regex `model/image.py`
 applies to the SSM parameter and the program applies to the pinned AMI's name.
 """
 

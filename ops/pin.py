@@ -14,8 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from model.config import ROOT, ConfigError, parse_config
+from model.config import parse_config
+from model.errors import ConfigError
 from model.fsx_identity import fsx_identity
+from model.paths import ROOT
 from ops.aws import OpsError
 from ops.context import Context
 from ops.fsx import find_file_system, fsx_name, live_identity

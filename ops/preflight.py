@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from model.config import ConfigError
 from model.deploy import deploy_problems
+from model.errors import ConfigError
 from model.placeholders import example_value_problems
 from model.preflight import Finding, errors, path, preflight_findings
 from ops.aws import OpsError

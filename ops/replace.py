@@ -20,6 +20,7 @@ from ops.cluster import controller_instance, describe_instances, node_ipv4, node
 from ops.context import Context
 from ops.remote import drain_script, node_state_script
 from ops.ssm import run_shell
+from userdata import layout
 
 DRAIN_REASON = "gpu-cluster replace"
 
@@ -138,8 +139,8 @@ def _wait_idle(ctx: Context, cluster: str, name_base: str, node: str, timeout: f
         if elapsed >= timeout:
             raise OpsError(
                 f"{node} is '{state or 'not registered'}' in Slurm after {elapsed / 60:.0f} min, not idle; "
-                f"read /var/log/gpu-cluster/boot.log on it and its marker under "
-                f"/fsx/.gpu-cluster/{cluster}/status/"
+                f"read {layout.BOOT_LOG} on it and its marker under "
+                f"{layout.fsx_root(cluster)}/status/"
             )
         ctx.progress(
             f"  ... waiting for {node} to be idle in Slurm: {state or 'not registered yet'} ({elapsed / 60:.1f} min)"

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model.config import ClusterConfig, ConfigError, parse_config
+from model.config import ClusterConfig, parse_config
+from model.errors import ConfigError
 from stackfile.errors import InputError
 from stackfile.location import stack_file
 from stackfile.reader import read_stack_file

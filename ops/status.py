@@ -54,6 +54,36 @@ def _remote(ctx: Context, cluster: str, name_base: str) -> dict[str, Any]:
         return {"error": f"status script output is not JSON ({err}); it may have been truncated"}
 
 
+def _instance_row(i: dict, ec2: dict, markers: dict, slurm: dict) -> dict[str, Any]:
+    """One instance of a group: what Auto Scaling, EC2, its boot marker and Slurm say."""
+    ip = ec2.get("PrivateIpAddress")
+    node = node_name(ip) if ip else None
+    marker = markers.get(node, {}) if node else {}
+    return {
+        "instance_id": i["InstanceId"],
+        "private_ip": ip,
+        "node": node,
+        "lifecycle": i.get("LifecycleState"),
+        "health": i.get("HealthStatus"),
+        "ec2_state": ec2.get("State", {}).get("Name"),
+        "launch_template_version": i.get("LaunchTemplate", {}).get("Version"),
+        "boot": marker.get("state"),
+        "boot_step": marker.get("step"),
+        "slurm": slurm.get(node) if node else None,
+    }
+
+
+def _gate(v: dict | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {
+        "verdict": v.get("verdict"),
+        "run_id": v.get("run_id"),
+        "blamed_nodes": v.get("blamed_nodes", []),
+        "reasons": v.get("reasons", []),
+    }
+
+
 def collect(ctx: Context, cluster: str, region: str, ssm: bool = True, name_base: str | None = None) -> dict[str, Any]:
     name_base = name_base or cluster
     groups = cluster_groups(ctx, cluster, name_base)
@@ -69,26 +99,10 @@ def collect(ctx: Context, cluster: str, region: str, ssm: bool = True, name_base
     markers, slurm = remote.get("markers", {}), remote.get("slurm", {})
     out_groups = []
     for g in groups:
-        rows = []
-        for i in sorted(g.get("Instances", []), key=lambda i: i["InstanceId"]):
-            ec2 = instances.get(i["InstanceId"], {})
-            ip = ec2.get("PrivateIpAddress")
-            node = node_name(ip) if ip else None
-            marker = markers.get(node, {}) if node else {}
-            rows.append(
-                {
-                    "instance_id": i["InstanceId"],
-                    "private_ip": ip,
-                    "node": node,
-                    "lifecycle": i.get("LifecycleState"),
-                    "health": i.get("HealthStatus"),
-                    "ec2_state": ec2.get("State", {}).get("Name"),
-                    "launch_template_version": i.get("LaunchTemplate", {}).get("Version"),
-                    "boot": marker.get("state"),
-                    "boot_step": marker.get("step"),
-                    "slurm": slurm.get(node) if node else None,
-                }
-            )
+        rows = [
+            _instance_row(i, instances.get(i["InstanceId"], {}), markers, slurm)
+            for i in sorted(g.get("Instances", []), key=lambda i: i["InstanceId"])
+        ]
         bid = group_block_id(g)
         out_groups.append(
             {
@@ -100,20 +114,11 @@ def collect(ctx: Context, cluster: str, region: str, ssm: bool = True, name_base
                 "instances": rows,
             }
         )
-    v = remote.get("validation")
-    gate = None
-    if v is not None:
-        gate = {
-            "verdict": v.get("verdict"),
-            "run_id": v.get("run_id"),
-            "blamed_nodes": v.get("blamed_nodes", []),
-            "reasons": v.get("reasons", []),
-        }
     return {
         "cluster": cluster,
         "region": region,
         "groups": out_groups,
-        "validation": gate,
+        "validation": _gate(remote.get("validation")),
         **({"ssm_error": remote["error"]} if "error" in remote else {}),
     }
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE
+from model.paths import CONFIG_KEY, CONFIG_NAMESPACE
 from stackfile.reader import StackLoader
 
 INDENT = 2

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from model.config import CONFIG_NAMESPACE, ROOT, STACK_SECRET_PREFIX
+from model.containers import STACK_SECRET_PREFIX
+from model.paths import CONFIG_NAMESPACE, ROOT
 from stackfile.errors import InputError
 from stackfile.location import stack_names
 from stackfile.tree import SECRET_PLACEHOLDER, is_secure, to_config_tree, type_name

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from model.config import CONFIG_KEY, CONFIG_NAMESPACE, ROOT
+from model.paths import CONFIG_KEY, CONFIG_NAMESPACE, ROOT
 from stackfile.errors import InputError
 from stackfile.reader import StackLoader
 from stackfile.tree import join_path, to_config_tree, type_name

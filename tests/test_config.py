@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from model.config import ConfigError, parse_config
+from model.config import parse_config
+from model.errors import ConfigError
 from tests.mocks import stack_config, valid_raw
 
 R = "gpu-cluster:cluster"
@@ -434,3 +435,21 @@ def test_program_data_repository_tag_is_refused():
         f"{R}.tags: tag key 'GpuClusterDataRepository' is one the program sets on a file system linked to S3 "
         "(the policy pack exempts that file system from the final-backup check by it); rename yours"
     ]
+
+
+def test_config_error_prints_one_line_per_problem():
+    # A value echoed in a message or a key in a path (a newline, a NUL) must not split a
+    # problem over two lines or reach the terminal raw, whoever prints the error.
+    raw = valid_raw()
+    raw["tags"] = {"team": "a\nb"}
+    raw["zz\x00\nkey"] = 1
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    lines = str(exc.value).split("\n")
+    assert len(lines) == len(exc.value.problems) == 2
+    assert (
+        lines[0]
+        == f"{R}.zz\\x00\\nkey: unknown key; remove it or check its spelling against the config reference in README.md"
+    )
+    assert lines[1].startswith(f"{R}.tags: tag 'team' value 'a\\nb' has '\\n';")
+    assert exc.value.problems[1][1].startswith("tag 'team' value 'a\nb'")

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from model.config import ROOT, ConfigError, parse_config
+from model.config import parse_config
+from model.errors import ConfigError
+from model.paths import ROOT
 from offline.plan import main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,7 +10,9 @@ import pulumi
 import pytest
 
 from model import aws_rules
-from model.config import ConfigError, config_warnings, parse_config, region_problems
+from model.config import parse_config, region_problems
+from model.config_warnings import config_warnings
+from model.errors import ConfigError
 from tests.mocks import run_program, stack_config, valid_raw
 from tests.test_config import _DEL, _set
 
@@ -235,7 +237,7 @@ def test_every_tag_problem_is_reported_at_once():
 def test_the_tag_count_counts_the_program_tags_a_resource_gets():
     """The instances carry the most: Name and the node identity tags (infra/nodes.py)."""
     from infra.nodes import instance_tags
-    from model.config import PROGRAM_TAG_KEYS
+    from model.cluster_tags import PROGRAM_TAG_KEYS
 
     cfg = parse_config(valid_raw())
     groups = cfg.node_groups()

@@ -9,7 +9,8 @@ import pytest
 
 from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
 from model.catalog import CATALOG
-from model.config import RootVolumeConfig, parse_config
+from model.config import parse_config
+from model.root_volume import RootVolumeConfig
 from tests.mocks import run_component, valid_raw
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

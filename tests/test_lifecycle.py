@@ -185,7 +185,7 @@ def test_edits_that_replace_the_file_system_are_refused(mutate, path):
 
 def test_every_pinned_value_has_a_refusal_case():
     """A new FsxIdentity field needs its own row in FORCE_NEW."""
-    from model.config import FsxIdentity
+    from model.fsx import FsxIdentity
 
     covered = {
         "fsx.deployment_type": "deployment_type",

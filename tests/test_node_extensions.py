@@ -29,16 +29,16 @@ import pytest
 
 from infra.iam import NodeIdentity, NodeIdentityArgs, attachment_names, payload_read_policy
 from model.catalog import CATALOG
-from model.config import (
+from model.config import parse_config
+from model.config_warnings import node_iam_warnings
+from model.errors import ConfigError
+from model.hooks import MAX_HOOK_BYTES
+from model.node_iam import (
     IAM_ROLE_INLINE_POLICY_CHARS,
-    MAX_HOOK_BYTES,
     MAX_NODE_IAM_STATEMENT_CHARS,
     PROGRAM_INLINE_POLICY_RESERVE,
     SSM_CORE_POLICY_ARN,
-    ConfigError,
     iam_policy_chars,
-    node_iam_warnings,
-    parse_config,
     program_managed_policy_arns,
 )
 from tests.mocks import run_component, run_program, stack_config, valid_raw
@@ -233,14 +233,14 @@ def test_most_managed_policies_accepted():
     arns = [f"arn:aws:iam::123456789012:policy/P{i}" for i in range(9)]  # 10 by default, less SSM core
     cfg = parse_config(_raw(node_iam={"managed_policy_arns": arns}))
     assert cfg.node_iam.managed_policy_arns == tuple(arns)
-    assert program_managed_policy_arns(cfg) == (SSM_CORE_POLICY_ARN,)
+    assert program_managed_policy_arns() == (SSM_CORE_POLICY_ARN,)
 
 
 def test_program_attaches_exactly_its_declared_policies():
     # The quota check counts program_managed_policy_arns; the role must attach just those.
     run = run_program(valid_raw())
     own = [r["inputs"]["policyArn"] for r in run.of_type(ATTACH)]
-    assert tuple(own) == program_managed_policy_arns(parse_config(valid_raw()))
+    assert tuple(own) == program_managed_policy_arns()
 
 
 def test_broad_grants_are_warned_not_refused():

@@ -9,7 +9,7 @@ import pulumi
 import pytest
 
 from infra.nodes import NodeGroups, NodeGroupsArgs
-from model.config import CapacityBlock, NodeGroup
+from model.capacity import CapacityBlock, NodeGroup
 from tests.mocks import run_component
 
 ASG = "aws:autoscaling/group:Group"

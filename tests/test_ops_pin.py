@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from model.config import DLAMI_SSM_PARAMETER, FsxIdentity, parse_config
+from model.config import parse_config
+from model.fsx import FsxIdentity
 from model.fsx_identity import fsx_identity
+from model.image import DLAMI_SSM_PARAMETER
 from ops.cli import main
 from ops.fsx import LIVE_FIELDS
 from stackfile.edit import scalar, set_key

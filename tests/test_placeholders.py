@@ -16,7 +16,8 @@ import pulumi
 import pytest
 import yaml
 
-from model.config import DLAMI_SSM_PARAMETER, parse_config
+from model.config import parse_config
+from model.image import DLAMI_SSM_PARAMETER
 from model.placeholders import EXAMPLE_VALUES, example_value_problems, is_example
 from offline.mocks import run_under_mocks
 from offline.plan import load_stack_config

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from model.config import CapacityBlock, parse_config
+from model.capacity import CapacityBlock
+from model.config import parse_config
 from model.preflight import (
     BlockFacts,
     NameFacts,

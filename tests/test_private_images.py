@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from infra.iam import registry_read_policy
-from model.config import ConfigError, ContainersConfig, parse_config
+from model.config import parse_config
+from model.containers import ContainersConfig
+from model.errors import ConfigError
 from model.registries import registry_access
 from offline.mocks import SECRET_SHOWN
 from tests.mocks import REGION, run_program, valid_raw

@@ -6,7 +6,7 @@ import pulumi
 import pytest
 
 from infra.storage import FileSystem, FileSystemArgs
-from model.config import FsxConfig
+from model.fsx import FsxConfig
 from tests.mocks import run_component
 
 FS = "aws:fsx/lustreFileSystem:LustreFileSystem"

@@ -57,8 +57,10 @@ ENROOT_CREDENTIALS = f"{ENROOT_CONFIG_DIR}/.credentials"
 ENROOT_CONF_DROPIN = "/etc/enroot/enroot.conf.d/90-gpu-cluster-registries.conf"
 
 # --- state and logs ------------------------------------------------------------------
-BOOT_LOG = "/var/log/gpu-cluster/boot.log"
-LOCAL_STATUS = "/var/lib/gpu-cluster/status"
+LOG_DIR = "/var/log/gpu-cluster"
+STATE_DIR = "/var/lib/gpu-cluster"  # this node's own state; a new instance starts without it
+BOOT_LOG = f"{LOG_DIR}/boot.log"
+LOCAL_STATUS = f"{STATE_DIR}/status"
 
 # --- the stack's hook (hooks.on_node_ready); shipped only when the stack sets one ------
 HOOKS = f"{HOME}/hooks"

@@ -1,0 +1,100 @@
+"""Settings AWS and the program accept but that are probably not what was meant.
+
+Printed (never fatal) wherever the config is loaded: `pulumi preview`/`up`
+(infra/stack.py, as Pulumi warnings) and the plan CLI.
+"""
+
+from __future__ import annotations
+
+from model import aws_rules
+from model.config import ClusterConfig
+from model.paths import loc_to_path
+
+
+def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    p = lambda *parts: loc_to_path(parts)  # noqa: E731
+    blocks = cfg.capacity.capacity_blocks
+    if blocks:
+        held = sum(b.instance_count for b in blocks)
+        if cfg.capacity.nodes < held:
+            out.append(
+                (
+                    p("capacity", "nodes"),
+                    f"{cfg.capacity.nodes} nodes use {cfg.capacity.nodes} of the {held} instances the "
+                    f"Capacity Blocks hold: {held - cfg.capacity.nodes} paid slot(s) stay idle; raise "
+                    f"capacity.nodes to {held} to use them",
+                )
+            )
+    if cfg.stack is not None and cfg.name != cfg.stack:
+        out.append(
+            (
+                p("name"),
+                f"the cluster is named '{cfg.name}' but the stack is '{cfg.stack}': if this stack file "
+                "was copied from another stack, both clusters carry the same GpuClusterName tag and "
+                "Slurm ClusterName (only the stack-based group names tell them apart); remove name (it defaults to the "
+                "stack name) unless that is what you want",
+            )
+        )
+    if cfg.network.subnet_id is None and not aws_rules.is_private(cfg.network.vpc_cidr):
+        out.append(
+            (
+                p("network", "vpc_cidr"),
+                f"{cfg.network.vpc_cidr} is not a private range (10.0.0.0/8, 172.16.0.0/12, "
+                "192.168.0.0/16): the nodes could not reach the public addresses it overlaps; "
+                "use e.g. 10.0.0.0/16",
+            )
+        )
+    if "Name" in cfg.tags:
+        out.append(
+            (
+                p("tags"),
+                "tag 'Name' is replaced by the program's own Name on the VPC, subnets, security "
+                "group, file system and instances (it stays on the others); remove it",
+            )
+        )
+    out += _protection_warnings(cfg)
+    out += node_iam_warnings(cfg)
+    return out
+
+
+def _protection_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    out = []
+    if cfg.fsx.persistent and cfg.fsx.protect is False:
+        out.append(
+            (
+                loc_to_path(("fsx", "protect")),
+                "false: a preview that deletes or replaces the file system no longer fails, and "
+                "/fsx (Slurm state, checkpoints) would be lost with it",
+            )
+        )
+    if cfg.image.allow_unpinned:
+        out.append(
+            (
+                loc_to_path(("image", "allow_unpinned")),
+                "nodes boot whatever AMI the SSM parameter names at each launch: a replaced node "
+                "may get another kernel than its peers; pin image.ami_id (`python3 -m ops pin --image`)",
+            )
+        )
+    return out
+
+
+def node_iam_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Allowed, but worth a second look in review: broad grants to every node.
+
+    Every process on a node (every job of every user) can use the instance role, so a
+    wildcard grant is a grant to whoever can submit a job."""
+    out = []
+    for i, s in enumerate(cfg.node_iam.statements):
+        if s.Effect != "Allow":
+            continue
+        path = loc_to_path(("node_iam", "statements", i, "Action"))
+        wide = [a for a in s.Action if a.split(":", 1)[1] == "*"]
+        if wide:
+            out.append((path, f"{', '.join(wide)} allows every action of the service to every job on the nodes"))
+        iam = [a for a in s.Action if a.split(":", 1)[0] in ("iam", "sts") and a not in wide]
+        if iam and "*" in s.Resource:
+            out.append(
+                (path, f"{', '.join(iam)} on Resource '*': IAM and STS rights on every role can escalate to admin")
+            )
+    return out

@@ -1,0 +1,92 @@
+"""The shape limits of issue 16, measured: ruff has no rule for a function's length.
+
+- No function (or method, nested ones included) over MAX_FUNCTION_LINES lines outside
+  tests, measured as `end_lineno - lineno` of its syntax-tree node (the decorators and
+  the signature's first line are not counted, the docstring is).
+- No file under model/ over MAX_MODEL_FILE_LINES lines: one module per stack-file
+  section keeps each one readable on its own.
+
+Every offender is named in one failure, so a run shows the whole list at once.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+MAX_FUNCTION_LINES = 60
+MAX_MODEL_FILE_LINES = 400
+
+
+def _repo_root() -> Path:
+    # Found by its pyproject.toml, not by a fixed depth: the test tree is being regrouped.
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "pyproject.toml").is_file():
+            return parent
+    raise AssertionError(f"no pyproject.toml above {__file__}")
+
+
+ROOT = _repo_root()
+# tests/ holds the test code (golden files included); venv/ and build/ are not ours.
+SKIPPED_TOP = {"tests", "venv", "build"}
+
+
+def _source_files() -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        here = Path(dirpath)
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".") and d != "__pycache__" and not (here == ROOT and d in SKIPPED_TOP)
+        )
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield here / name
+
+
+def _length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    # ast.parse always sets end_lineno; the fallback only satisfies its Optional type.
+    return (node.end_lineno or node.lineno) - node.lineno
+
+
+def long_functions(path: Path, root: Path = ROOT, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """`path:line name (N lines)` for each function in `path` longer than `limit`, in line order."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    rel = path.relative_to(root)
+    functions = (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+    long = sorted((n for n in functions if _length(n) > limit), key=lambda n: n.lineno)
+    return [f"{rel}:{n.lineno} {n.name} ({_length(n)} lines)" for n in long]
+
+
+def test_the_walk_sees_the_program_and_skips_the_tests():
+    files = {p.relative_to(ROOT).as_posix() for p in _source_files()}
+    assert {"infra/cluster.py", "userdata/layout.py", "__main__.py"} <= files
+    assert not any(f.startswith(("tests/", "venv/", "build/")) for f in files)
+
+
+def test_the_measure_counts_end_lineno_minus_lineno(tmp_path):
+    # 60 lines after the `def` line is the limit; a method one line longer is named.
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    nested = body.replace("\n", "\n    ")
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"def at_limit():\n{body}\n\n\nclass C:\n    def over(self):\n    {nested}\n        return 0\n")
+    assert long_functions(probe, root=tmp_path) == [f"probe.py:{MAX_FUNCTION_LINES + 5} over (61 lines)"]
+
+
+def test_no_function_over_60_lines_outside_tests():
+    offenders = [line for path in _source_files() for line in long_functions(path)]
+    assert not offenders, (
+        f"{len(offenders)} function(s) over {MAX_FUNCTION_LINES} lines (end_lineno - lineno); "
+        "split them into named pieces:\n  " + "\n  ".join(offenders)
+    )
+
+
+def test_no_model_file_over_400_lines():
+    offenders = [
+        f"{p.relative_to(ROOT)} ({n} lines)"
+        for p in sorted((ROOT / "model").rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MAX_MODEL_FILE_LINES
+    ]
+    assert not offenders, f"model/ files over {MAX_MODEL_FILE_LINES} lines:\n  " + "\n  ".join(offenders)
