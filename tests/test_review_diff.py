@@ -101,7 +101,7 @@ def changed(fixture_repo, clean_review):
         c["capacity"]["capacity_blocks"][0]["end"] = "2026-12-09T11:30:00Z"  # a later scale-in
 
     _edit_stack(fixture_repo / "Pulumi.dev.yaml", edit)
-    step = fixture_repo / "userdata/templates/boot/steps/80-limits.sh"
+    step = fixture_repo / "nodeside/steps/80-limits.sh"
     step.write_text(step.read_text() + "# review fixture: a changed step\n")
     shutil.copy(fixture_repo / "Pulumi.dev.yaml", fixture_repo / "Pulumi.extra.yaml")
     (fixture_repo / "Pulumi.prod.yaml").unlink()

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# {{ header }}
 # First-boot validation gate, bottom up:
 #   1 pmix in `srun --mpi=list`          2 single-node all_reduce_perf per node (NVLink, GPUs)
 #   3 host nccl-tests per node pair      4 PyTorch measurement in the image through Pyxis
@@ -7,31 +6,43 @@
 # A failed step stops the steps above it; absent tools make steps SKIPPED with the
 # reason. Verdicts, report, baseline and drains live in validation_report.py.
 # Runs inside the allocation of first-boot.sbatch. Prerequisites: Slurm, python3,
-# {{ results_dir }} writable.
+# <fsx_root>/validation writable. Per-cluster values come from config.json (rendered by
+# userdata/validation_files.py), so this file is the same on every cluster.
 set -euo pipefail
 
-readonly LIB={{ lib_dir }}
-readonly CONFIG={{ config_path }}
-readonly RESULTS={{ results_dir }}
-readonly GPUS={{ gpus }}
-readonly TASKS={{ tasks_per_node }}
-readonly CPT={{ cpus_per_task }}
-readonly IMAGE={{ container_image_q }}
-readonly BENCH={{ bench_path }}
+readonly LIB=/opt/gpu-cluster/lib
+readonly CONFIG=/opt/gpu-cluster/validation/config.json
+readonly BENCH=/opt/gpu-cluster/validation/torch_comm_bench.py
 # The image is imported once per cluster into /fsx as a squash file (or used as it is
 # when IMAGE is one); the torch steps name their container, so Pyxis unpacks it once
 # per node for both ops instead of pulling the image from the registry for each.
-readonly IMAGE_TOOL={{ lib_dir }}/../bin/gpu-cluster-image
+readonly IMAGE_TOOL=/opt/gpu-cluster/bin/gpu-cluster-image
 readonly CONTAINER="gpu-cluster-validation-${SLURM_JOB_ID:-manual}"
-# reference size sweep and correctness check (-c 1); single node stops at 1 GiB
-readonly SWEEP=({{ sweep }})
-readonly SINGLE_SWEEP=({{ single_sweep }})
-readonly T_NCCL={{ timeouts.nccl }}
-readonly T_TORCH={{ timeouts.torch }}
-readonly T_CONTAINER={{ timeouts.container }}
-readonly T_PING={{ timeouts.pingpong }}
+# One python3 call prints the values one per line, in the order read here; a missing
+# key fails that call, and the short read then stops the gate under `set -e`.
+{
+  IFS= read -r RESULTS
+  IFS= read -r GPUS
+  IFS= read -r TASKS
+  IFS= read -r CPT
+  IFS= read -r IMAGE
+  IFS= read -r TIME_LIMIT_MINUTES
+  # reference size sweep and correctness check (-c 1); single node stops at 1 GiB
+  read -r -a SWEEP
+  read -r -a SINGLE_SWEEP
+  IFS= read -r TORCH_MAX_BYTES
+  IFS= read -r T_NCCL
+  IFS= read -r T_TORCH
+  IFS= read -r T_CONTAINER
+  IFS= read -r T_PING
+  IFS= read -r T_RESERVE
+} < <(python3 "$LIB/validation_report.py" --config "$CONFIG" settings gate.results_dir gpus gate.tasks_per_node \
+  gate.cpus_per_task container_image time_limit_minutes gate.sweep gate.single_sweep gate.torch_max_bytes \
+  gate.timeouts.nccl gate.timeouts.torch gate.timeouts.container gate.timeouts.pingpong gate.timeouts.reserve)
+readonly RESULTS GPUS TASKS CPT IMAGE TIME_LIMIT_MINUTES SWEEP SINGLE_SWEEP TORCH_MAX_BYTES T_NCCL T_TORCH T_CONTAINER
+readonly T_PING T_RESERVE
 # leave time to write the report before Slurm's own limit kills the job
-readonly BUDGET=$(( {{ time_limit_minutes }} * 60 - {{ timeouts.reserve }} ))
+readonly BUDGET=$((TIME_LIMIT_MINUTES * 60 - T_RESERVE))
 RUN_ID="$(date -u +%Y%m%dT%H%M%SZ)-${SLURM_JOB_ID:-manual}"
 readonly RUN_ID
 readonly RUN="$RESULTS/$RUN_ID"
@@ -102,7 +113,7 @@ torch_pair() {
       srun -N 2 -w "$a,$b" --ntasks-per-node="$TASKS" --cpus-per-task="$CPT" --gres="gpu:$GPUS" \
       --container-image="$sqsh" --container-name="$CONTAINER" --container-mounts="$BENCH:$BENCH:ro" \
       --export="ALL,MASTER_ADDR=$a,MASTER_PORT=29500,NCCL_DEBUG=INFO" \
-      python "$BENCH" --op "$op" || ok=1
+      python "$BENCH" --op "$op" --max-bytes "$TORCH_MAX_BYTES" || ok=1
   done
   # Pyxis keeps named containers after the job (container_scope=global, its default):
   # drop this run's unpacked copy, it is tens of GB on the node-local disk.
