@@ -9,6 +9,7 @@ gate.sh stays thin and calls, per run directory <fsx_root>/validation/<run-id>/:
   skip  --step S --nodes a,b [--kind K] --reason R
   build [--drain]                   report.json + summary.txt, baseline, drains
   status                            overall verdict of the latest run (controller)
+  settings KEY...                   config.json values for gate.sh, one per line
 """
 
 import argparse
@@ -226,42 +227,33 @@ def groups(records):
     return out
 
 
-def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None):
-    meta = load_json(os.path.join(run_dir, "run.json"), {})
-    records = []
+def _read_records(run_dir):
     try:
         with open(os.path.join(run_dir, "steps.jsonl"), encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
+            return [json.loads(line) for line in f if line.strip()]
     except OSError:
-        pass
+        return []
+
+
+def _verdict(config, records):
+    """(verdict, reasons) of a run: NO-GO on any NO-GO step, on no step at all, or when
+    a step a GPU cluster needs never ran."""
     nogo = [r for r in records if r["verdict"] == "NO-GO"]
     ran = {r["step"] for r in records if r["verdict"] != "SKIPPED"}
     never_ran = [s for s in REQUIRED_ON_GPUS if s not in ran] if int(config.get("gpus", 0)) > 0 and records else []
-    bad = blame(records)
-    report = {
-        "run_id": meta.get("run_id", os.path.basename(run_dir.rstrip("/"))),
-        "job_id": meta.get("job_id"),
-        "cluster": config["cluster_name"],
-        "instance_type": config["instance_type"],
-        "nodes": meta.get("nodes", []),
-        "started": meta.get("started"),
-        "finished": now or _now(),
-        "thresholds": config["thresholds"],
-        "baseline_margin": config.get("baseline_margin"),
-        "steps": records,
-        "blamed_nodes": bad,
-        "pair_groups": groups(records),
-        "skipped": [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r["verdict"] == "SKIPPED"],
-        "verdict": "NO-GO" if nogo or not records or never_ran else "GO",
-    }
     if not records:
-        report["reasons"] = ["no step recorded: the job died before its first step"]
-    elif never_ran and not nogo:
-        report["reasons"] = [
+        return "NO-GO", ["no step recorded: the job died before its first step"]
+    if never_ran and not nogo:
+        return "NO-GO", [
             f"{step} never ran (every attempt was skipped, see above): a {config['instance_type']} "
             "cluster is not validated until it does"
             for step in never_ran
         ]
+    return ("NO-GO" if nogo or never_ran else "GO"), None
+
+
+def _record_baseline(config, report, records, root):
+    """Compare with the stored baseline; the first GO run with figures becomes it."""
     base_path = os.path.join(root, "baseline.json")
     baseline = load_json(base_path)
     report["baseline"] = {
@@ -282,6 +274,32 @@ def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None
             },
         )
         report["baseline"].update(run_id=report["run_id"], recorded=True)
+
+
+def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None):
+    meta = load_json(os.path.join(run_dir, "run.json"), {})
+    records = _read_records(run_dir)
+    bad = blame(records)
+    verdict_, reasons = _verdict(config, records)
+    report = {
+        "run_id": meta.get("run_id", os.path.basename(run_dir.rstrip("/"))),
+        "job_id": meta.get("job_id"),
+        "cluster": config["cluster_name"],
+        "instance_type": config["instance_type"],
+        "nodes": meta.get("nodes", []),
+        "started": meta.get("started"),
+        "finished": now or _now(),
+        "thresholds": config["thresholds"],
+        "baseline_margin": config.get("baseline_margin"),
+        "steps": records,
+        "blamed_nodes": bad,
+        "pair_groups": groups(records),
+        "skipped": [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r["verdict"] == "SKIPPED"],
+        "verdict": verdict_,
+    }
+    if reasons is not None:
+        report["reasons"] = reasons
+    _record_baseline(config, report, records, root)
     report["drained"] = drain(bad, runner) if do_drain and bad else {}
     write_json(os.path.join(run_dir, "report.json"), report)
     text = summary(report)
@@ -346,7 +364,7 @@ def _append(run_dir, record):
         f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def main(argv=None):
+def _parser():
     p = argparse.ArgumentParser(description="first-boot validation report")
     p.add_argument("--config", default="/opt/gpu-cluster/validation/config.json")
     p.add_argument("--run", help="run directory")
@@ -366,62 +384,119 @@ def main(argv=None):
     s = sub.add_parser("build")
     s.add_argument("--drain", action="store_true")
     sub.add_parser("status").add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
+    sub.add_parser("settings").add_argument("keys", nargs="+", metavar="KEY")
+    return p
+
+
+def settings(config, keys):
+    """config.json values for the shell, one line each (`a.b` looks inside objects).
+    Every key is checked before anything is printed, so a reader never gets a partial set."""
+    out = []
+    for key in keys:
+        value = config
+        for part in key.split("."):
+            if not isinstance(value, dict) or part not in value:
+                raise KeyError(key)
+            value = value[part]
+        if isinstance(value, (dict, list)):
+            raise KeyError(key)
+        out.append(str(value))
+    return out
+
+
+def _cmd_start(a, config, root, nodes):
+    os.makedirs(a.run, exist_ok=True)
+    write_json(
+        os.path.join(a.run, "run.json"),
+        {"run_id": os.path.basename(a.run.rstrip("/")), "job_id": a.job_id, "nodes": nodes, "started": _now()},
+    )
+    return 0
+
+
+def _cmd_plan(a, config, root, nodes):
+    with open(a.features, encoding="utf-8") as f:
+        feats = parse_features(f.read())
+    for x, y, kind in pairs(nodes, feats):
+        print(x, y, kind)
+    return 0
+
+
+def _cmd_skip(a, config, root, nodes):
+    _append(
+        a.run,
+        {"step": a.step, "nodes": nodes, "kind": a.kind, "verdict": "SKIPPED", "reasons": [a.reason], "notes": []},
+    )
+    print(f"SKIPPED {a.step} {'+'.join(nodes)}: {a.reason}")
+    return 0
+
+
+def _cmd_check(a, config, root, nodes):
+    try:
+        with open(a.log, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        text = f"cannot read log: {e}"
+    base = usable_baseline(config, load_json(os.path.join(root, "baseline.json")))
+    r = check_step(config, base, a.step, text)
+    r.update(step=a.step, nodes=nodes, kind=a.kind, log=a.log)
+    _append(a.run, r)
+    print(f"{r['verdict']} {a.step} {'+'.join(nodes)} {_fmt(r)}".rstrip())
+    for why in r["reasons"]:
+        print(f"  - {why}")
+    return 0 if r["verdict"] == "GO" else 1
+
+
+def _cmd_build(a, config, root, nodes):
+    report = build(config, a.run, root, a.drain)
+    sys.stdout.write(summary(report))
+    return 0 if report["verdict"] == "GO" else 1
+
+
+def _cmd_status(a, config, root, nodes):
+    try:
+        with open(os.path.join(root, "latest"), encoding="utf-8") as f:
+            run_id = f.read().strip()
+    except OSError:
+        print(f"no validation run recorded under {root}")
+        return 2
+    report = load_json(os.path.join(root, run_id, "report.json"))
+    if report is None:
+        print(f"run {run_id}: report missing under {root}")
+        return 2
+    sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n" if a.json else summary(report))
+    return 0 if report["verdict"] == "GO" else 1
+
+
+def _cmd_settings(a, config, root, nodes):
+    try:
+        lines = settings(config, a.keys)
+    except KeyError as e:
+        print(f"{a.config} has no {e.args[0]}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+COMMANDS = {
+    "start": _cmd_start,
+    "plan": _cmd_plan,
+    "skip": _cmd_skip,
+    "check": _cmd_check,
+    "build": _cmd_build,
+    "status": _cmd_status,
+    "settings": _cmd_settings,
+}
+
+
+def main(argv=None):
+    a = _parser().parse_args(argv)
     config = load_json(a.config)
     if config is None:
         print(f"cannot read {a.config}", file=sys.stderr)
         return 2
     root = os.path.join(config["fsx_root"], "validation")
     nodes = [n for n in getattr(a, "nodes", "").split(",") if n]
-    if a.cmd == "start":
-        os.makedirs(a.run, exist_ok=True)
-        write_json(
-            os.path.join(a.run, "run.json"),
-            {"run_id": os.path.basename(a.run.rstrip("/")), "job_id": a.job_id, "nodes": nodes, "started": _now()},
-        )
-    elif a.cmd == "plan":
-        with open(a.features, encoding="utf-8") as f:
-            feats = parse_features(f.read())
-        for x, y, kind in pairs(nodes, feats):
-            print(x, y, kind)
-    elif a.cmd == "skip":
-        _append(
-            a.run,
-            {"step": a.step, "nodes": nodes, "kind": a.kind, "verdict": "SKIPPED", "reasons": [a.reason], "notes": []},
-        )
-        print(f"SKIPPED {a.step} {'+'.join(nodes)}: {a.reason}")
-    elif a.cmd == "check":
-        try:
-            with open(a.log, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError as e:
-            text = f"cannot read log: {e}"
-        base = usable_baseline(config, load_json(os.path.join(root, "baseline.json")))
-        r = check_step(config, base, a.step, text)
-        r.update(step=a.step, nodes=nodes, kind=a.kind, log=a.log)
-        _append(a.run, r)
-        print(f"{r['verdict']} {a.step} {'+'.join(nodes)} {_fmt(r)}".rstrip())
-        for why in r["reasons"]:
-            print(f"  - {why}")
-        return 0 if r["verdict"] == "GO" else 1
-    elif a.cmd == "build":
-        report = build(config, a.run, root, a.drain)
-        sys.stdout.write(summary(report))
-        return 0 if report["verdict"] == "GO" else 1
-    elif a.cmd == "status":
-        try:
-            with open(os.path.join(root, "latest"), encoding="utf-8") as f:
-                run_id = f.read().strip()
-        except OSError:
-            print(f"no validation run recorded under {root}")
-            return 2
-        report = load_json(os.path.join(root, run_id, "report.json"))
-        if report is None:
-            print(f"run {run_id}: report missing under {root}")
-            return 2
-        sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n" if a.json else summary(report))
-        return 0 if report["verdict"] == "GO" else 1
-    return 0
+    return COMMANDS[a.cmd](a, config, root, nodes)
 
 
 if __name__ == "__main__":

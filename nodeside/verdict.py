@@ -12,9 +12,9 @@ makes the log NO-GO.
 
 Exit status: 0 every log GO, 1 some log NO-GO, 2 usage, 3 a log cannot be read.
 
-Ships to the nodes as /opt/gpu-cluster/lib/verdict.py inside the node payload: one
-file, no project imports at run time (the instance table below is written into the
-node copy by the renderer).
+Ships to the nodes as /opt/gpu-cluster/lib/verdict.py inside the node payload, with
+no project imports at run time: the instance table comes from instance_types.json
+next to it (rendered from model/catalog.py by userdata/validation_files.py).
 """
 
 import argparse
@@ -77,21 +77,23 @@ def busbw_factor(op, nranks):
     return (nranks - 1) / nranks  # alltoall / all_gather / reduce_scatter
 
 
-def _catalog():
-    """instance type -> (EFA Gbit/s per node, GPUs, EFA devices) from model/catalog.py.
-
-    The catalog is the one home of these figures.  A checkout reads it here; the node
-    copy has the call below replaced by the table itself (userdata/validation_files.py),
-    because the nodes have none of our modules."""
-    try:
-        from model.catalog import CATALOG
-    except ImportError:  # run as a script from a checkout: nodeside/ is on sys.path, not the root
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from model.catalog import CATALOG
-    return {name: (spec.efa_gbps, spec.gpus, spec.efa_count) for name, spec in sorted(CATALOG.items())}
+INSTANCE_TYPES_FILE = "instance_types.json"
 
 
-INSTANCE_TYPES = _catalog()
+def _instance_types():
+    """instance type -> (EFA Gbit/s per node, GPUs, EFA devices), from the data file
+    next to this one.
+
+    The catalog (model/catalog.py) is the one home of these figures; the nodes have none
+    of our modules, so they get the figures as data, and a checkout has the same file
+    (tests keep it equal to the catalog)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), INSTANCE_TYPES_FILE)
+    with open(path, encoding="utf-8") as f:
+        table = json.load(f)
+    return {name: (t["efa_gbps"], t["gpus"], t["efa_count"]) for name, t in sorted(table.items())}
+
+
+INSTANCE_TYPES = _instance_types()
 
 # Every pattern below is linear in the line length: anchored or starting with a
 # literal, no nested or overlapping repeats, bounded where a name is scanned.  Lines

@@ -6,43 +6,20 @@ Cluster and node names are validated by the config schema and by `node_ipv4`
 
 from __future__ import annotations
 
-STATUS_BEGIN = "GPU-CLUSTER-STATUS-JSON"
+import shlex
+from pathlib import Path
 
-# One JSON document: per-node boot markers (/fsx/.gpu-cluster/<cluster>/status/<node>.json),
-# the first-boot gate report (`gpu-cluster-validation status --json`: exit 0 GO, 1 NO-GO,
-# 2 no run yet) and the Slurm state of every node.
-_STATUS_PY = """\
-import glob, json, os, subprocess
-root = "/fsx/.gpu-cluster/{cluster}"
-def run(cmd):
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        return r.returncode, r.stdout, r.stderr
-    except Exception as e:
-        return -1, "", str(e)
-markers = {{}}
-for p in sorted(glob.glob(root + "/status/*.json")):
-    try:
-        with open(p) as f:
-            m = json.load(f)
-    except Exception as e:
-        m = {{"state": "unreadable", "reason": str(e)}}
-    markers[os.path.basename(p)[:-5]] = m
-rc, out, err = run(["gpu-cluster-validation", "status", "--json"])
-try:
-    validation = json.loads(out)
-except ValueError:
-    validation = {{"verdict": "NO-RUN" if rc == 2 else "UNKNOWN", "reasons": [(out or err).strip()]}}
-rc, out, err = run(["sinfo", "-h", "-N", "-o", "%N %T"])
-slurm = dict(line.split(None, 1) for line in out.splitlines() if len(line.split(None, 1)) == 2)
-print("{begin}")
-print(json.dumps({{"markers": markers, "validation": validation, "slurm": slurm}}, sort_keys=True))
-"""
+from nodeside import cluster_status
+from userdata import layout
+
+STATUS_BEGIN = cluster_status.BEGIN
+# The status program is a real file under nodeside/; SSM gets its text as a here-document.
+_STATUS_PY = Path(cluster_status.__file__).read_text(encoding="utf-8")
 
 
 def status_script(cluster: str) -> list[str]:
-    body = _STATUS_PY.format(cluster=cluster, begin=STATUS_BEGIN)
-    return ["python3 - <<'GPU_CLUSTER_PY'", *body.splitlines(), "GPU_CLUSTER_PY"]
+    root = shlex.quote(layout.fsx_root(cluster))
+    return [f"python3 - {root} <<'GPU_CLUSTER_PY'", *_STATUS_PY.splitlines(), "GPU_CLUSTER_PY"]
 
 
 def drain_script(node: str, reason: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""No job crosses a Capacity Block's end (userdata/templates/boot/lib/block-end.sh).
+"""No job crosses a Capacity Block's end (nodeside/lib/block-end.sh).
 
 - the time arithmetic and the /fsx hand-over, in the shell that runs it, under several
   time zones;
@@ -33,7 +33,7 @@ from tests.slurm_harness import (
 )
 from tests.test_boot_entrypoint import IDENTITY, Sandbox, _identity_boot, _Imds, needs_root
 
-LIB = Path(__file__).resolve().parent.parent / "userdata/templates/boot/lib"
+LIB = Path(__file__).resolve().parent.parent / "nodeside/lib"
 BLOCK_END = LIB / "block-end.sh"
 COMMON = LIB / "common.sh"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot"
+BOOT = Path(__file__).resolve().parent.parent / "nodeside"
 ENTRY = BOOT / "bin" / "gpu-cluster-boot"
 COMMON = BOOT / "lib" / "common.sh"
 MUNGE_JOIN = BOOT / "lib" / "munge-join.sh"

@@ -27,7 +27,7 @@ from tests.slurm_harness import (
 _why = missing_prerequisites()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
-LIB = Path(__file__).resolve().parent.parent / "userdata/templates/boot/lib/boot-failures.sh"
+LIB = Path(__file__).resolve().parent.parent / "nodeside/lib/boot-failures.sh"
 LOG = "/var/log/gpu-cluster/boot.log"
 
 

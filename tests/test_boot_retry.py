@@ -21,7 +21,7 @@ import pytest
 
 from tests.test_boot_entrypoint import Sandbox
 
-BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot"
+BOOT = Path(__file__).resolve().parent.parent / "nodeside"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespace)")
 

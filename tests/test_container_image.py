@@ -21,7 +21,7 @@ import pytest
 from tests.test_validation_files import DATA, FAKE_GPU_SCONTROL, FAKE_GPU_SRUN, FAKE_SINFO, ctx
 from userdata.validation_files import validation_files
 
-BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot"
+BOOT = Path(__file__).resolve().parent.parent / "nodeside"
 TOOL = BOOT / "bin" / "gpu-cluster-image"
 IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
 SQSH_NAME = "nvcr.io+nvidia+pytorch+24.07-py3.sqsh"
@@ -236,7 +236,7 @@ def test_train_template_imports_once_and_names_its_container(tmp_path, env):
     from userdata import templating
 
     text = templating.render(
-        "boot/jobs/train-multinode.sbatch.j2",
+        "jobs/train-multinode.sbatch.j2",
         header="test",
         instance_type="p5.48xlarge",
         partition="train",

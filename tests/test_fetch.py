@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-FETCH = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot" / "bin" / "gpu-cluster-fetch"
+FETCH = Path(__file__).resolve().parent.parent / "nodeside" / "bin" / "gpu-cluster-fetch"
 BASE_TOOLS = ("bash", "mkdir", "mktemp", "cp", "sha256sum", "cut", "tar", "gzip", "rm", "sleep", "cat")
 
 

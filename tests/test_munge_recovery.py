@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot"
+BOOT = Path(__file__).resolve().parent.parent / "nodeside"
 
 pytestmark = [
     pytest.mark.slurm,  # needs Debian's munge and root, like the other daemon tests

@@ -56,8 +56,8 @@ MINE = "arn:aws:iam::123456789012:policy/team/TrainingDataRead"
 HOOK = "#!/bin/bash\nset -eu\necho ready on $NODE_NAME\n"
 FSX = FsxEndpoint(dns_name="fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com", mount_name="abcdefgh")
 URI = "s3://demo-bucket/payload/{sha256}.tar.gz"
-STEP = Path(__file__).resolve().parent.parent / "userdata/templates/boot/steps/99-on-node-ready.sh"
-FAILURES = Path(__file__).resolve().parent.parent / "userdata/templates/boot/lib/boot-failures.sh"
+STEP = Path(__file__).resolve().parent.parent / "nodeside/steps/99-on-node-ready.sh"
+FAILURES = Path(__file__).resolve().parent.parent / "nodeside/lib/boot-failures.sh"
 
 
 def _raw(**sections):

@@ -22,7 +22,7 @@ from tests.slurm_harness import (
 _why = missing_prerequisites()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
-REAPER = Path(__file__).resolve().parent.parent / "userdata/templates/boot/lib/node-reaper.sh"
+REAPER = Path(__file__).resolve().parent.parent / "nodeside/lib/node-reaper.sh"
 
 
 def _reap(cluster: SlurmTestCluster, grace: int) -> str:

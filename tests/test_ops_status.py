@@ -202,9 +202,9 @@ def test_status_script_is_valid_python_and_shell():
     import ast
 
     lines = status_script("dev")
-    assert lines[0] == "python3 - <<'GPU_CLUSTER_PY'" and lines[-1] == "GPU_CLUSTER_PY"
+    assert lines[0] == "python3 - /fsx/.gpu-cluster/dev <<'GPU_CLUSTER_PY'" and lines[-1] == "GPU_CLUSTER_PY"
     ast.parse("\n".join(lines[1:-1]))
-    assert 'root = "/fsx/.gpu-cluster/dev"' in lines
+    assert "GPU_CLUSTER_PY" not in lines[1:-1]  # the here-document's end marker only ends it
 
 
 def test_status_script_runs_under_sh_and_prints_one_json_document(tmp_path):

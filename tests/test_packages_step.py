@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot"
+BOOT = Path(__file__).resolve().parent.parent / "nodeside"
 STEP = BOOT / "steps" / "20-packages.sh"
 KERNEL = "6.8.0-1015-aws"
 APT = "apt-get -o DPkg::Lock::Timeout=600 -y"

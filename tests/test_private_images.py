@@ -21,10 +21,10 @@ from model.registries import registry_access
 from offline.mocks import SECRET_SHOWN
 from tests.mocks import REGION, run_program, valid_raw
 from userdata import layout
-from userdata.registries import TEMPLATE_DIR as REG_TEMPLATES
+from userdata.registries import SOURCE_DIR as REG_TEMPLATES
 
 R = "gpu-cluster:cluster.containers"
-BOOT = Path(__file__).resolve().parent.parent / "userdata" / "templates" / "boot"
+BOOT = Path(__file__).resolve().parent.parent / "nodeside"
 ACCOUNT = "123456789012"  # offline.mocks.ACCOUNT: what the mocked getCallerIdentity answers
 OWN = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 OTHER = "210987654321.dkr.ecr.eu-west-1.amazonaws.com"
@@ -399,12 +399,12 @@ def _rendered_scripts() -> dict[str, bytes]:
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_shellcheck_registry_scripts(tmp_path):
-    # The templates, following `source` into the boot tree (lib/common.sh) ...
+    # The sources, following `source` into the boot tree (nodeside/lib/common.sh) ...
     files = [
         str(REG_TEMPLATES / "bin" / "gpu-cluster-registry-login"),
         str(REG_TEMPLATES / "steps" / "65-registries.sh"),
     ]
-    r = subprocess.run(["shellcheck", "-x", "-s", "bash", *files], capture_output=True, text=True)
+    r = subprocess.run(["shellcheck", "-x", "-s", "bash", *files], cwd=BOOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
     # ... and the bytes the nodes get.
     paths = []

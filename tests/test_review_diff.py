@@ -101,7 +101,7 @@ def changed(fixture_repo, clean_review):
         c["capacity"]["capacity_blocks"][0]["end"] = "2026-12-09T11:30:00Z"  # a later scale-in
 
     _edit_stack(fixture_repo / "Pulumi.dev.yaml", edit)
-    step = fixture_repo / "userdata/templates/boot/steps/80-limits.sh"
+    step = fixture_repo / "nodeside/steps/80-limits.sh"
     step.write_text(step.read_text() + "# review fixture: a changed step\n")
     shutil.copy(fixture_repo / "Pulumi.dev.yaml", fixture_repo / "Pulumi.extra.yaml")
     (fixture_repo / "Pulumi.prod.yaml").unlink()
@@ -212,7 +212,7 @@ def test_added_and_removed_stacks(changed):
     text = changed["text"]
     extra = _block(text, "== stack extra (new stack): 20 added")
     assert extra[1:3] == [
-        "   46 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
+        "   47 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
         "  added                  LustreFileSystem dev-lustre",
     ]
     prod = _block(text, "== stack prod (stack removed): stack file removed, no resource deleted by it")

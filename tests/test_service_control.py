@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-COMMON = Path(__file__).resolve().parent.parent / "userdata/templates/boot/lib/common.sh"
+COMMON = Path(__file__).resolve().parent.parent / "nodeside/lib/common.sh"
 
 
 def _bash(tmp_path: Path, script: str, timeout: float = 60) -> subprocess.CompletedProcess:

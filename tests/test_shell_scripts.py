@@ -1,6 +1,7 @@
 """Shell scripts that run on the developer's or CI machine (install-deps, .ci/run, ...):
-`bash -n` and shellcheck. Node scripts are checked from their templates and rendered
-copies in test_userdata_render.py; this covers every other shell file in the repository.
+`bash -n` and shellcheck. Node scripts (nodeside/, shipped verbatim) are checked in their
+tree, where their `source` directives resolve, and as rendered copies in
+test_userdata_render.py; this covers every other shell file in the repository.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Node templates and golden copies have their own checks; the rest are not ours.
-SKIP_DIRS = {".git", "tests/golden", "userdata/templates", "venv", ".venv", "build", "node_modules"}
+# Node scripts, templates and golden copies have their own checks; the rest are not ours.
+SKIP_DIRS = {".git", "tests/golden", "nodeside", "userdata/templates", "venv", ".venv", "build", "node_modules"}
 SHEBANGS = (b"#!/usr/bin/env bash", b"#!/bin/bash", b"#!/bin/sh", b"#!/usr/bin/env sh")
 
 

@@ -244,7 +244,6 @@ EXPECTED_PATHS = {
     "/etc/systemd/system/slurmd.service.d/gpu-cluster.conf",
     "/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf",
     "/etc/systemd/logind.conf.d/gpu-cluster.conf",
-    "/opt/gpu-cluster/lib/check-slurmd-c.sh",
     "/opt/gpu-cluster/templates/slurmd.default",
 }
 
@@ -384,7 +383,7 @@ def test_render_does_not_depend_on_node_count_or_block():
 @pytest.fixture
 def check_script(tmp_path) -> Path:
     path = tmp_path / "check-slurmd-c.sh"
-    path.write_text(sc.render_slurm_files("demo", "train", P5)[node_layout.CHECK_SLURMD_C])
+    path.write_text(boot_files()[node_layout.CHECK_SLURMD_C])
     path.chmod(0o755)
     return path
 
@@ -396,7 +395,7 @@ def _run_check(script: Path, tmp_path: Path, slurmd_output: str, rc: int = 0):
     (tmp_path / "out.txt").write_text(slurmd_output)
     slurmd.write_text(f'#!/bin/sh\n[ "$1" = "-C" ] || exit 64\ncat "{tmp_path / "out.txt"}"\nexit {rc}\n')
     slurmd.chmod(slurmd.stat().st_mode | stat.S_IXUSR)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_NODE_HARDWARE": sc.node_hardware(P5)}
     return subprocess.run([str(script)], capture_output=True, text=True, env=env, timeout=10)
 
 
@@ -450,6 +449,25 @@ def test_check_slurmd_c(check_script, tmp_path, output, rc, ok, reason):
         assert r.returncode == 1
         # Both lines are printed so the boot log shows what to fix.
         assert r.stderr.splitlines() == [f"check-slurmd-c: {reason}", f"  {configured}", f"  slurmd -C:  {first}"]
+
+
+def test_check_slurmd_c_reads_cluster_env_when_run_by_hand(check_script, tmp_path):
+    # step 50 exports cluster.env; by hand (no SLURM_NODE_HARDWARE) the script reads it
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "cluster.env").write_text(f"SLURM_NODE_HARDWARE='{sc.node_hardware(P5)}'\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "slurmd").write_text(f"#!/bin/sh\nprintf '%s\\n' '{_OK.format(mem=1992294).splitlines()[0]}'\n")
+    (fake / "slurmd").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_NODE_HARDWARE"}
+    env.update(PATH=f"{fake}:{os.environ['PATH']}", GPU_CLUSTER_ETC=str(etc))
+    r = subprocess.run([str(check_script)], capture_output=True, text=True, env=env, timeout=10)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1] == f"  configured: {sc.node_hardware(P5)}"
+    (etc / "cluster.env").write_text("")
+    r = subprocess.run([str(check_script)], capture_output=True, text=True, env=env, timeout=10)
+    assert r.returncode != 0 and "SLURM_NODE_HARDWARE is not set (cluster.env)" in r.stderr
 
 
 def test_check_script_shellcheck_and_bash_n(check_script):

@@ -39,6 +39,7 @@ from tests.slurm_harness import (
 )
 from userdata import layout as node_layout
 from userdata import slurm_conf as sc
+from userdata.render import boot_files
 
 _why = missing_prerequisites()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_why is not None, reason=_why or "")]
@@ -172,8 +173,9 @@ def test_dynamic_node_registers_and_runs_steps(cluster):
 
 def test_check_slurmd_c_passes_on_this_host(tmp_path):
     script = tmp_path / "check-slurmd-c.sh"
-    script.write_text(sc.render_slurm_files(CLUSTER, PARTITION, host_profile_spec())[node_layout.CHECK_SLURMD_C])
-    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=20)
+    script.write_text(boot_files()[node_layout.CHECK_SLURMD_C])
+    env = {**os.environ, "SLURM_NODE_HARDWARE": sc.node_hardware(host_profile_spec())}
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=20, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("check-slurmd-c: ok\n")
 

@@ -17,14 +17,13 @@ import shutil
 import subprocess
 import tarfile
 from functools import cache
-from pathlib import Path
 
 import pytest
 import yaml
 
 from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
 from model.config import parse_config
-from userdata import layout, render
+from userdata import layout, render, templating
 from userdata.render import FsxEndpoint, render_userdata
 
 FSX = FsxEndpoint(dns_name="fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com", mount_name="abcdefgh")
@@ -305,15 +304,20 @@ def test_script_bash_n(path, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
-def test_shellcheck_boot_templates():
-    # The template tree keeps the layout the `source` directives point at.
-    tree = Path(render.TEMPLATE_DIR)
+def test_shellcheck_nodeside_scripts():
+    # The nodeside/ tree keeps the layout the `source` directives point at; every shell
+    # file shipped verbatim (boot, registries, validation) is checked here.
+    tree = templating.NODESIDE_ROOT
     files = sorted(
-        str(p)
+        p.relative_to(tree).as_posix()
         for p in tree.rglob("*")
-        if p.is_file() and (p.parent.name in ("bin", "steps", "lib") or p.suffix == ".sh")
+        if p.is_file()
+        and (p.parent.name in ("bin", "steps", "lib", "validation") or p.suffix == ".sh")
+        and p.suffix not in (".py", ".json")
     )
-    r = subprocess.run(["shellcheck", "-x", "-s", "bash", *files], capture_output=True, text=True)
+    assert {"validation/gate.sh", "validation/gpu-cluster-validation", "lib/check-slurmd-c.sh"} <= set(files)
+    assert "registries/bin/gpu-cluster-registry-login" in files and "system/per-boot.sh" in files
+    r = subprocess.run(["shellcheck", "-x", "-s", "bash", *files], cwd=tree, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
 
 

@@ -564,15 +564,26 @@ def test_instance_type_table_is_the_catalog():
     assert want == verdict.INSTANCE_TYPES
 
 
-def test_shipped_copy_embeds_the_catalog_and_imports_nothing_of_ours():
+def test_checkout_instance_table_is_the_shipped_one(update_golden):
+    # nodeside/instance_types.json serves runs from a checkout; the nodes get the same
+    # bytes rendered from model/catalog.py (--update-golden rewrites the checkout copy)
+    from userdata.validation_files import instance_types_json
+
+    path = Path(verdict.__file__).with_name(verdict.INSTANCE_TYPES_FILE)
+    if update_golden:
+        path.write_text(instance_types_json())
+    assert path.read_text() == instance_types_json()
+
+
+def test_shipped_copy_reads_the_catalog_data_and_imports_nothing_of_ours(tmp_path):
     from model.catalog import CATALOG
-    from tests.test_validation_files import ctx
+    from tests.test_validation_files import ctx, shipped_namespace
     from userdata.validation_files import validation_files
 
-    shipped = validation_files(ctx())["/opt/gpu-cluster/lib/verdict.py"]
-    assert "model" not in shipped and "_catalog" not in shipped
-    ns = {"__name__": "shipped_verdict"}
-    exec(compile(shipped, "verdict.py", "exec"), ns)
+    files = validation_files(ctx())
+    shipped = files["/opt/gpu-cluster/lib/verdict.py"]
+    assert "model" not in shipped and "CATALOG" not in shipped
+    ns = shipped_namespace(files, tmp_path)
     assert ns["INSTANCE_TYPES"] == {n: (s.efa_gbps, s.gpus, s.efa_count) for n, s in CATALOG.items()}
     text = (DATA / "gcp_h100_allreduce_8g.log").read_text()
     assert ns["evaluate"](text, instance_type="p5.48xlarge") == verdict.evaluate(text, instance_type="p5.48xlarge")

@@ -11,12 +11,11 @@ systemd service + timer that refresh the logins.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from model.registries import RegistryAccess, ecr_region
-from userdata import layout
+from userdata import layout, templating
 
-TEMPLATE_DIR = Path(__file__).parent / "templates" / "registries"
+# nodeside/registries/: shipped verbatim, only with `containers`.
+SOURCE_DIR = templating.NODESIDE_ROOT / "registries"
 TIMER = "gpu-cluster-registry-login.timer"
 SERVICE = "gpu-cluster-registry-login.service"
 
@@ -51,6 +50,6 @@ def registry_env() -> list[tuple[str, object]]:
 
 
 def registry_files(access: RegistryAccess) -> dict[str, str]:
-    out = {dest: (TEMPLATE_DIR / rel).read_text(encoding="utf-8") for rel, dest in _PLACED.items()}
+    out = {dest: templating.verbatim(f"registries/{rel}") for rel, dest in _PLACED.items()}
     out[layout.REGISTRIES_CONF] = registries_conf(access)
     return out

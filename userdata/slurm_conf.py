@@ -221,7 +221,8 @@ def partition_line(partition: str, default_time_minutes: int = 60) -> str:
 
 
 def check_values(spec: InstanceSpec) -> dict[str, int]:
-    """What check-slurmd-c.sh compares with `slurmd -C`."""
+    """What lib/check-slurmd-c.sh compares with `slurmd -C` (all exactly but RealMemory,
+    which is a floor)."""
     return {
         "CPUs": spec.vcpus,
         "Boards": 1,
@@ -230,6 +231,11 @@ def check_values(spec: InstanceSpec) -> dict[str, int]:
         "ThreadsPerCore": spec.threads_per_core,
         "RealMemory": spec.real_memory_mib,
     }
+
+
+def node_hardware(spec: InstanceSpec) -> str:
+    """cluster.env's SLURM_NODE_HARDWARE: check_values as `KEY=value ...`, in slurmd -C order."""
+    return " ".join(f"{key}={value}" for key, value in check_values(spec).items())
 
 
 # --- rendering ----------------------------------------------------------------------
@@ -253,6 +259,8 @@ def render_slurm_files(
     `cgroup_plugin`: `autodetect` on the nodes (Ubuntu 24.04, cgroup v2); the local
     test host has a cgroup v1 hierarchy and passes `cgroup/v1` [SLURM-CGROUP].
     Paths under /opt/gpu-cluster/templates still hold placeholders (see module doc).
+    lib/check-slurmd-c.sh ships verbatim with the boot files; it reads what to compare
+    from cluster.env (node_hardware).
     """
     if cgroup_plugin not in _CGROUP_PLUGINS:
         raise ValueError(f"cgroup_plugin must be one of {', '.join(_CGROUP_PLUGINS)}, got {cgroup_plugin!r}")
@@ -277,5 +285,4 @@ def render_slurm_files(
         ),
         layout.SLURMD_DEFAULT_TEMPLATE: _render("slurm/slurmd-default.j2", conf_line=slurmd_conf_arg(spec)),
         layout.LOGIND_DROPIN: _render("slurm/logind-removeipc.conf.j2"),
-        layout.CHECK_SLURMD_C: _render("slurm/check-slurmd-c.sh.j2", want=check_values(spec)),
     }

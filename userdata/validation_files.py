@@ -1,4 +1,4 @@
-"""Pure renderer of the first-boot validation job (no pulumi, no I/O beyond templates).
+"""The first-boot validation files a node gets (pure: no pulumi, no I/O beyond reading sources).
 
     validation_files(ctx) -> {absolute node path: file content}
 
@@ -16,6 +16,12 @@ ctx keys (plain values, e.g. from the stack config and model/catalog.py):
   time_limit_minutes  int   Slurm time limit of the job
   baseline_margin     float drop against the baseline that turns a run NO-GO (e.g. 0.10)
 
+Only the job (first-boot.sbatch: its #SBATCH lines must be literal) is rendered from a
+template; the gate, its CLI, the container benchmark and the Python programs ship verbatim
+from nodeside/ and read their per-cluster values from config.json at run time
+(`validation_report.py settings KEY...`), next to them. verdict.py reads its instance
+table from lib/instance_types.json, rendered here from model/catalog.py.
+
 The bootstrap ships every returned file; the controller submits the job with
 `gpu-cluster-validation run` (sbatch -N <idle nodes> first-boot.sbatch) once nodes are idle.
 Rendering is byte-stable: no timestamps; the run id is made on the node at run time.
@@ -25,15 +31,12 @@ from __future__ import annotations
 
 import ast
 import json
-import shlex
-from pathlib import Path
 
 from model.catalog import CATALOG
-from nodeside.verdict import thresholds
+from nodeside.verdict import INSTANCE_TYPES_FILE, thresholds
 from userdata import layout, templating
 
-NODESIDE = Path(__file__).resolve().parent.parent / "nodeside"
-# What config.json on the node carries (validation_report.py reads it).
+# What config.json on the node carries at its top level (validation_report.py reads it).
 REPORTED = (
     "cluster_name",
     "instance_type",
@@ -59,17 +62,34 @@ TORCH_MAX_BYTES = 8 << 30  # the container reference figures are at 8 GiB
 # so a short job (a small time_limit_minutes) still reaches it; RESERVE keeps time to
 # write the report
 TIMEOUTS = {"nccl": 900, "torch": 1800, "container": 600, "pingpong": 120, "reserve": 120}
+# nodeside/ file -> node path: shipped as they are
+_VERBATIM = {
+    "validation/gate.sh": f"{layout.VALIDATION}/gate.sh",
+    "validation/gpu-cluster-validation": layout.VALIDATION_CLI,
+}
+_PYTHON = {
+    "validation/torch_comm_bench.py": f"{layout.VALIDATION}/torch_comm_bench.py",
+    "verdict.py": f"{layout.LIB}/verdict.py",
+    "validation_report.py": f"{layout.LIB}/validation_report.py",
+}
 
 
-def job_values(ctx: dict) -> dict:
-    """Every value the templates place, computed here (layout only in templates)."""
+def _checked(ctx: dict) -> dict:
     missing = [k for k in REQUIRED if k not in ctx]
     if missing:
         raise KeyError(f"validation ctx misses: {', '.join(missing)}")
-    gpus = int(ctx["gpus"])
     if ctx["time_limit_minutes"] * 60 <= TIMEOUTS["reserve"]:
         raise ValueError("time_limit_minutes leaves no time for any step")
-    results = f"{ctx['fsx_root'].rstrip('/')}/validation"
+    return ctx
+
+
+def _results_dir(ctx: dict) -> str:
+    return f"{ctx['fsx_root'].rstrip('/')}/validation"
+
+
+def job_values(ctx: dict) -> dict:
+    """Every value the job template places, computed here (layout only in the template)."""
+    gpus = int(_checked(ctx)["gpus"])
     return {
         "cluster_name": ctx["cluster_name"],
         "instance_type": ctx["instance_type"],
@@ -78,39 +98,49 @@ def job_values(ctx: dict) -> dict:
         "cpus_per_task": int(ctx["cpus_per_gpu"]),
         "partition": ctx["partition"],
         "time_limit_minutes": int(ctx["time_limit_minutes"]),
-        "results_dir": results,
-        "lib_dir": layout.LIB,
-        "config_path": f"{layout.VALIDATION}/config.json",
+        "results_dir": _results_dir(ctx),
         "job_path": layout.VALIDATION_JOB,
         "gate_path": f"{layout.VALIDATION}/gate.sh",
-        "bench_path": f"{layout.VALIDATION}/torch_comm_bench.py",
-        "container_image_q": shlex.quote(ctx["container_image"]),
+    }
+
+
+def gate_settings(ctx: dict) -> dict:
+    """What gate.sh reads from config.json (`gate.*`) besides the reported values."""
+    return {
+        "results_dir": _results_dir(ctx),
+        "tasks_per_node": int(ctx["gpus"]) or 1,
+        "cpus_per_task": int(ctx["cpus_per_gpu"]),
         "sweep": SWEEP,
         "single_sweep": SINGLE_SWEEP,
         "torch_max_bytes": TORCH_MAX_BYTES,
-        "timeouts": TIMEOUTS,
+        "timeouts": dict(TIMEOUTS),
     }
 
 
 def config_json(ctx: dict) -> str:
-    """What validation_report.py reads on the node: identity, thresholds, margin."""
-    cfg = {k: ctx[k] for k in REPORTED}
+    """What validation_report.py and gate.sh read on the node: identity, thresholds,
+    margin, the gate's settings."""
+    cfg = {k: _checked(ctx)[k] for k in REPORTED}
     cfg["thresholds"] = thresholds(float(ctx["efa_gbps"]), max(int(ctx["gpus"]), 1), int(ctx["efa_count"]))
+    cfg["gate"] = gate_settings(ctx)
     return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
 
 
-def verdict_instance_types() -> dict[str, tuple[int, int, int]]:
-    """The instance table the node copy of verdict.py carries (its `--instance-type`
-    floors), read from the catalog: the catalog stays the one home of the figures."""
-    return {name: (spec.efa_gbps, spec.gpus, spec.efa_count) for name, spec in sorted(CATALOG.items())}
+def instance_types_json() -> str:
+    """The instance table verdict.py reads (its `--instance-type` floors), from the
+    catalog: the catalog stays the one home of the figures, the nodes get them as data.
+    nodeside/instance_types.json is the same bytes, for runs from a checkout (a test
+    keeps the two equal)."""
+    table = {
+        name: {"efa_gbps": spec.efa_gbps, "gpus": spec.gpus, "efa_count": spec.efa_count}
+        for name, spec in sorted(CATALOG.items())
+    }
+    return json.dumps(table, indent=2, sort_keys=True) + "\n"
 
 
-def compact_python(source: str, origin: str, embed: dict | None = None) -> str:
+def compact_python(source: str, origin: str) -> str:
     """The same program without docstrings and comments: the repository copy is the
-    documented one, the node copy is what the nodes download.
-
-    embed: module-level `NAME = f()` assignments whose value is written in as a
-    literal (the node has none of our modules); a function left unused is dropped."""
+    documented one, the node copy is what the nodes download."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -122,32 +152,10 @@ def compact_python(source: str, origin: str, embed: dict | None = None) -> str:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
-    if embed:
-        tree.body = _embed(tree.body, embed, origin)
     return (
         f"# Generated by gpu-cluster from {origin} (docstrings and comments stripped); "
         f"do not edit\n{ast.unparse(tree)}\n"
     )
-
-
-def _embed(body: list, values: dict, origin: str) -> list:
-    replaced, callers = set(), set()
-    for stmt in body:
-        if (
-            isinstance(stmt, ast.Assign)
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-            and stmt.targets[0].id in values
-        ):
-            if isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name):
-                callers.add(stmt.value.func.id)
-            stmt.value = ast.parse(repr(values[stmt.targets[0].id]), mode="eval").body
-            replaced.add(stmt.targets[0].id)
-    missing = set(values) - replaced
-    if missing:
-        raise ValueError(f"{origin}: no module-level assignment to {', '.join(sorted(missing))} to embed")
-    used = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
-    return [s for s in body if not (isinstance(s, ast.FunctionDef) and s.name in callers and s.name not in used)]
 
 
 def _render(name: str, values: dict) -> str:
@@ -156,21 +164,12 @@ def _render(name: str, values: dict) -> str:
 
 
 def validation_files(ctx: dict) -> dict[str, str]:
-    v = job_values(ctx)
-    return {
-        layout.VALIDATION_JOB: _render("first-boot.sbatch.j2", v),
-        f"{layout.VALIDATION}/gate.sh": _render("gate.sh.j2", v),
-        f"{layout.VALIDATION}/torch_comm_bench.py": compact_python(
-            _render("torch_comm_bench.py.j2", v), "userdata/templates/validation/torch_comm_bench.py.j2"
-        ),
+    out = {
+        layout.VALIDATION_JOB: _render("first-boot.sbatch.j2", job_values(ctx)),
         f"{layout.VALIDATION}/config.json": config_json(ctx),
-        layout.VALIDATION_CLI: _render("gpu-cluster-validation.j2", v),
-        f"{layout.LIB}/verdict.py": compact_python(
-            (NODESIDE / "verdict.py").read_text(encoding="utf-8"),
-            "nodeside/verdict.py",
-            embed={"INSTANCE_TYPES": verdict_instance_types()},
-        ),
-        f"{layout.LIB}/validation_report.py": compact_python(
-            (NODESIDE / "validation_report.py").read_text(encoding="utf-8"), "nodeside/validation_report.py"
-        ),
+        f"{layout.LIB}/{INSTANCE_TYPES_FILE}": instance_types_json(),
     }
+    out.update({dest: templating.verbatim(rel) for rel, dest in _VERBATIM.items()})
+    for rel, dest in _PYTHON.items():
+        out[dest] = compact_python(templating.verbatim(rel), f"nodeside/{rel}")
+    return dict(sorted(out.items()))

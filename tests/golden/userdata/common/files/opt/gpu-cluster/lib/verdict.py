@@ -21,7 +21,14 @@ def busbw_factor(op, nranks):
     if op == 'all_reduce':
         return 2.0 * (nranks - 1) / nranks
     return (nranks - 1) / nranks
-INSTANCE_TYPES = {'p4d.24xlarge': (400, 8, 4), 'p4de.24xlarge': (400, 8, 4), 'p5.48xlarge': (3200, 8, 32), 'p5e.48xlarge': (3200, 8, 32), 'p5en.48xlarge': (3200, 8, 16), 'p6-b200.48xlarge': (3200, 8, 8)}
+INSTANCE_TYPES_FILE = 'instance_types.json'
+
+def _instance_types():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), INSTANCE_TYPES_FILE)
+    with open(path, encoding='utf-8') as f:
+        table = json.load(f)
+    return {name: (t['efa_gbps'], t['gpus'], t['efa_count']) for name, t in sorted(table.items())}
+INSTANCE_TYPES = _instance_types()
 HEADER = re.compile('nThread\\s+\\d+\\s+nGpus\\s+(\\d+)\\s+minBytes\\s+(\\d+)\\s+maxBytes\\s+(\\d+)\\s+step:\\s+(\\d+)\\((factor|bytes)\\)')
 VALIDATION = re.compile('validation:\\s*(\\d+)')
 _F = '(\\d+(?:\\.\\d+)?)'

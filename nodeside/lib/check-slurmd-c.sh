@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# {{ header }}
 # Compares the hardware slurmd sees (`slurmd -C`) with the node line this node
 # registers with. Slurm drains a node whose configured topology differs from what
 # slurmd finds, or whose RealMemory exceeds the memory it finds, so the boot stops
@@ -7,8 +6,20 @@
 # Prerequisites: slurmd on PATH. Exit 0 when they agree, 1 otherwise.
 set -euo pipefail
 
-readonly CONFIGURED="{% for key, value in want.items() %}{{ key }}={{ value }}{{ ' ' if not loop.last }}{% endfor %}"
-readonly EXACT_KEYS="{% for key in want if key != 'RealMemory' %}{{ key }}{{ ' ' if not loop.last }}{% endfor %}"
+# SLURM_NODE_HARDWARE (cluster.env, from the catalog): `CPUs=.. Boards=.. SocketsPerBoard=..
+# CoresPerSocket=.. ThreadsPerCore=.. RealMemory=..`. Step 50 has it in its environment;
+# run by hand, the script reads cluster.env itself. Every key must match exactly except
+# RealMemory, which slurmd -C may exceed.
+if [[ -z ${SLURM_NODE_HARDWARE:-} ]]; then
+  # shellcheck source=/dev/null
+  . "${GPU_CLUSTER_ETC:-/etc/gpu-cluster}/cluster.env"
+fi
+readonly CONFIGURED=${SLURM_NODE_HARDWARE:?SLURM_NODE_HARDWARE is not set (cluster.env)}
+EXACT_KEYS=
+for token in $CONFIGURED; do
+  if [[ ${token%%=*} != RealMemory ]]; then EXACT_KEYS+="${EXACT_KEYS:+ }${token%%=*}"; fi
+done
+readonly EXACT_KEYS
 
 # value KEY LINE: print the value of KEY=value in a slurm.conf-style line.
 value() {
