@@ -27,7 +27,7 @@ test: deps
 	if [ $$rc -eq 5 ]; then echo "make test: pytest ran no tests" >&2; exit 1; fi; exit $$rc
 
 render: deps
-	$(PYTHON) -m infra.plan --stack $(STACK) --out $(OUT)
+	$(PYTHON) -m offline.plan --stack $(STACK) --out $(OUT)
 
 # What a change does to every stack, offline: `make diff BASE=origin/main` (FORMAT=markdown
 # for a PR comment, OUT=file to write it; OUT's default above is render's, so only an OUT
@@ -35,7 +35,7 @@ render: deps
 BASE ?= origin/main
 FORMAT ?= text
 diff:
-	$(PYTHON) -m infra.review --base $(BASE) --format $(FORMAT) $(if $(filter-out file,$(origin OUT)),--out $(OUT))
+	$(PYTHON) -m offline.review --base $(BASE) --format $(FORMAT) $(if $(filter-out file,$(origin OUT)),--out $(OUT))
 
 bench: deps
 	$(PYTHON) bench/bench_stack.py

@@ -61,7 +61,8 @@ def sized(raw: dict, nodes: int, blocks: int) -> dict:
 
 def one(nodes: int, blocks: int, warm: bool) -> dict:
     """Evaluate once in this process; with `warm`, after an untimed warm-up run."""
-    from infra.plan import load_stack_config, run_under_mocks
+    from offline.mocks import run_under_mocks
+    from offline.plan import load_stack_config
 
     base, region = load_stack_config("dev")
     raw = sized(base, nodes, blocks)

@@ -1,7 +1,7 @@
 """Top-level wiring: parsed config -> components -> stack outputs.
 
 `build(cfg, region)` is the whole program; `infra/stack.py` (pulumi up) and
-`infra/plan.py` (offline, under mocks) both call it. Components get plain values
+`offline/plan.py` (offline, under mocks) both call it. Components get plain values
 and Outputs, never `pulumi.Config`. This is the one place the node renderer is called:
 once, when the FSx endpoint and the payload bucket are known.
 """

@@ -89,7 +89,7 @@ def run(now: datetime | None = None, allow_example_values: bool = False):
     """Build the stack from config; config and preflight errors become RunError lines.
 
     The clock is read here, once: which Capacity Blocks have started decides group
-    sizes and scheduled actions. `infra/plan.py` and the tests pass a fixed `now`, and
+    sizes and scheduled actions. `offline/plan.py` and the tests pass a fixed `now`, and
     `allow_example_values` (plans render the shipped stack files as they are).
     """
     from infra.cluster import build

@@ -5,7 +5,7 @@ ids are examples that look real. Copied unchanged into a new stack, they would r
 the provider (a subnet lookup that fails with a provider error, or worse, an id that
 happens to exist in someone's account). The program's preflight (`infra/preflight.py`)
 and `python3 -m ops preflight` refuse every one of them with the key, the value and
-the command that finds the user's own; the offline plan (`python -m infra.plan`) and
+the command that finds the user's own; the offline plan (`python -m offline.plan`) and
 the program tests render the shipped files as they are (plans are for review, nothing
 is looked up). `tests/test_placeholders.py` checks that this list is exactly the ids
 the shipped files contain. Pure: no pulumi, no boto3.

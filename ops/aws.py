@@ -23,10 +23,11 @@ RETRY_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 8})
 ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedAccess"}
 THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"}
 
-ClientFactory = Callable[[str, str], Any]
+# (service, region); region None: the AWS configuration's own (find-blocks without --region).
+ClientFactory = Callable[[str, str | None], Any]
 
 
-def boto3_client(service: str, region: str) -> Any:
+def boto3_client(service: str, region: str | None) -> Any:
     return boto3.session.Session().client(service, region_name=region, config=RETRY_CONFIG)
 
 
@@ -35,7 +36,7 @@ class Session:
 
     factory: ClientFactory = staticmethod(boto3_client)
 
-    def __init__(self, region: str, factory: ClientFactory | None = None):
+    def __init__(self, region: str | None, factory: ClientFactory | None = None):
         self.region = region
         self._factory = factory or Session.factory
         self._clients: dict[str, Any] = {}
@@ -51,7 +52,8 @@ class OpsError(Exception):
 
 
 def error_code(err: ClientError) -> str:
-    return err.response.get("Error", {}).get("Code", "")
+    code: str = err.response.get("Error", {}).get("Code", "")
+    return code
 
 
 def describe_error(err: Exception, action: str) -> str:
@@ -80,6 +82,7 @@ def describe_error(err: Exception, action: str) -> str:
 def call(client: Any, operation: str, action: str, **params: Any) -> dict[str, Any]:
     """client.<operation>(**params), raising OpsError with a clear line on failure."""
     try:
-        return getattr(client, operation)(**params)
+        response: dict[str, Any] = getattr(client, operation)(**params)
+        return response
     except (ClientError, BotoCoreError) as err:
         raise OpsError(describe_error(err, action)) from err

@@ -143,9 +143,9 @@ def purchase(ctx: Context, o: Offering, cluster_tag: dict[str, str]) -> dict[str
     params: dict[str, Any] = {"CapacityBlockOfferingId": o.offering_id, "InstancePlatform": PLATFORM}
     if tags:
         params["TagSpecifications"] = [{"ResourceType": "capacity-reservation", "Tags": tags}]
-    return call(ctx.session.client("ec2"), "purchase_capacity_block", f"buying {o.offering_id}", **params)[
-        "CapacityReservation"
-    ]
+    response = call(ctx.session.client("ec2"), "purchase_capacity_block", f"buying {o.offering_id}", **params)
+    reservation: dict[str, Any] = response["CapacityReservation"]
+    return reservation
 
 
 def run(ctx: Context, args: Any) -> int:
@@ -186,7 +186,7 @@ def run(ctx: Context, args: Any) -> int:
     if args.json:
         ctx.print(json.dumps(result, indent=2, sort_keys=True))
         return 0 if offerings else 3
-    if not offerings:
+    if chosen is None:  # no offerings (a --show id not among them was refused above)
         ctx.print(
             f"no Capacity Block offering for {args.count} x {args.instance_type} for {args.days} days "
             "in this range; try other dates, fewer instances or a shorter duration"

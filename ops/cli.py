@@ -14,11 +14,12 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError
 
 from model.catalog import SUPPORTED_INSTANCE_TYPES
-from model.errors import ConfigError
+from model.errors import ConfigError, one_line
 from ops import blocks, pin, preflight, replace, status
 from ops.aws import OpsError, Session, describe_error
 from ops.context import Context
-from ops.stack import REPO, load_stack
+from ops.stack import load_stack
+from stackfile.errors import InputError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -29,7 +30,12 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
         sp.add_argument("--region", help="override aws:region of the stack file")
         sp.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-        sp.add_argument("--stack-dir", type=Path, default=REPO, help="directory holding the stack files")
+        sp.add_argument(
+            "--stack-dir",
+            type=Path,
+            default=None,
+            help="directory holding the stack files (default: the working directory, as for pulumi)",
+        )
 
     sp = sub.add_parser("preflight", help="check the stack file against the AWS account")
     stack_args(sp)
@@ -80,6 +86,9 @@ def main(
     session_for: Callable[[str | None], Session] | None = None,
 ) -> int:
     args = parser().parse_args(argv)
+    if getattr(args, "stack_dir", "") is None:
+        # Resolved here, not at import: the directory `ops` is run from, as `pulumi` reads it.
+        args.stack_dir = Path.cwd()
     session_for = session_for or (lambda region: Session(region))
     ctx = ctx or Context(session=None)  # type: ignore[arg-type]
     try:
@@ -97,6 +106,10 @@ def main(
         return replace.run(ctx, args, stack.config.name, stack.config.aws_name_base)
     except ConfigError as err:
         print(str(err), file=ctx.err)
+        return 2
+    except InputError as err:  # the stack file itself: the plan writer's lines, byte for byte
+        for line in err.lines:
+            print(one_line(line), file=ctx.err)
         return 2
     except OpsError as err:
         print(f"gpu-cluster-ops {args.command}: {err}", file=ctx.err)

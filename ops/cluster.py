@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from model.preflight import CLUSTER_TAG, asg_name
+from model.preflight import asg_name
+from model.tags import CLUSTER as CLUSTER_TAG
 from ops.aws import OpsError, call
 from ops.context import Context
 
@@ -89,7 +90,8 @@ def controller_instance(ctx: Context, name_base: str) -> str:
     for g in page["AutoScalingGroups"]:
         for i in g.get("Instances", []):
             if i["LifecycleState"] == "InService":
-                return i["InstanceId"]
+                instance: str = i["InstanceId"]
+                return instance
     raise OpsError(
         f"no InService controller in Auto Scaling group {name}; is the cluster up "
         "(`status`), and has its block started?"

@@ -15,7 +15,6 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from model.config import ClusterConfig
 from model.preflight import (
-    CLUSTER_TAG,
     BlockFacts,
     NameFacts,
     PreflightFacts,
@@ -25,6 +24,7 @@ from model.preflight import (
     path,
     quota_for,
 )
+from model.tags import CLUSTER as CLUSTER_TAG
 from ops.aws import ACCESS_DENIED, OpsError, Session, describe_error, error_code
 
 
@@ -97,7 +97,8 @@ def default_route_target(route_table: dict[str, Any] | None) -> str | None:
             "LocalGatewayId",
         ):
             if r.get(key):
-                return r[key]
+                found: str = r[key]
+                return found
     return None
 
 
@@ -168,6 +169,8 @@ def quota_facts(quotas: Any, instance_type: str) -> QuotaFacts | None:
 
 
 def gather(session: Session, cfg: ClusterConfig, now: datetime) -> PreflightFacts:
+    if session.region is None:  # the stack's region: load_stack refuses a stack without one
+        raise OpsError("preflight: no AWS region to check in")
     ec2, autoscaling = session.client("ec2"), session.client("autoscaling")
     lookup = _Lookup()
     blocks = cfg.capacity.capacity_blocks
@@ -191,10 +194,9 @@ def gather(session: Session, cfg: ClusterConfig, now: datetime) -> PreflightFact
         ),
     )
     subnet = None
-    if cfg.network.subnet_id:
-        subnet = lookup.run(
-            path("network", "subnet_id"), "reading the subnet", lambda: subnet_facts(ec2, cfg.network.subnet_id)
-        )
+    subnet_id = cfg.network.subnet_id
+    if subnet_id:
+        subnet = lookup.run(path("network", "subnet_id"), "reading the subnet", lambda: subnet_facts(ec2, subnet_id))
     names = (
         lookup.run(
             path("name"),

@@ -4,7 +4,7 @@
 reviewer sees which image a PR pins; `--fsx` reads the live file system and prints the
 `fsx.pinned` block (model/fsx_identity.py). Nothing is changed unless `--write` is
 given, and then only that key, by a text edit that keeps the file's comments
-(ops/stackfile.py). Exit status: 0 ok, 1 an AWS lookup failed (not found, access
+(stackfile/edit.py). Exit status: 0 ok, 1 an AWS lookup failed (not found, access
 denied, ambiguous) or `--write` was refused, 2 the image is one the program refuses.
 """
 
@@ -18,12 +18,14 @@ from model.config import parse_config
 from model.errors import ConfigError
 from model.fsx_identity import fsx_identity
 from model.paths import ROOT
-from ops import stackfile
 from ops.aws import OpsError
 from ops.context import Context
 from ops.fsx import find_file_system, fsx_name, live_identity
 from ops.image import LUSTRE_CHECK, describe_image, image_refusal, resolve_parameter
 from ops.stack import Stack, load_raw
+from stackfile import edit
+from stackfile.errors import InputError
+from stackfile.location import stack_file
 
 
 def _image(ctx: Context, stack: Stack) -> tuple[dict[str, Any], list[str], bool]:
@@ -34,7 +36,7 @@ def _image(ctx: Context, stack: Stack) -> tuple[dict[str, Any], list[str], bool]
     if img is None:
         raise OpsError(f"SSM parameter {param} names {ami}, which EC2 does not know in {stack.region}")
     refusal = image_refusal(img)
-    yaml_lines = stackfile.scalar_line("ami_id", img.ami_id, img.name)
+    yaml_lines = edit.scalar_line("ami_id", img.ami_id, img.name)
     doc = {
         "ami_id": img.ami_id,
         "name": img.name,
@@ -89,7 +91,7 @@ def _fsx(ctx: Context, stack: Stack, file_system_id: str | None) -> tuple[dict[s
     fs = find_file_system(ctx.session.client("fsx"), cfg.name, stack.region, file_system_id)
     live = live_identity(fs, cfg, ctx.session.client("ec2"))
     values = live.model_dump(exclude_none=True)
-    yaml_lines = stackfile.mapping_lines("pinned", values)
+    yaml_lines = edit.mapping_lines("pinned", values)
     from_config = fsx_identity(cfg)
     config_diff = _diff(live, from_config)
     doc = {
@@ -117,16 +119,19 @@ def _fsx(ctx: Context, stack: Stack, file_system_id: str | None) -> tuple[dict[s
 
 
 def _write(root: Path, stack: Stack, keys: list[str], lines: list[str], value: Any) -> str:
-    file = root / f"Pulumi.{stack.name}.yaml"
+    file = stack_file(stack.name, root)
     before = file.read_text()
-    stackfile.write_key(file, keys, lines, value)
+    try:
+        edit.write_key(file, keys, lines, value)
+    except edit.EditRefused as err:
+        raise OpsError(str(err)) from None
     try:
         parse_config(load_raw(stack.name, root)[0], stack=stack.name, base_dir=root)
-    except ConfigError as err:
+    except (ConfigError, InputError) as err:
         file.write_text(before)  # never leave a stack file `pulumi up` cannot read
+        problems = [f"{p}: {m}" for p, m in err.problems] if isinstance(err, ConfigError) else err.lines
         raise OpsError(
-            f"not written: with {'.'.join(keys)} set, {file.name} has config problems: "
-            + "; ".join(f"{p}: {m}" for p, m in err.problems)
+            f"not written: with {'.'.join(keys)} set, {file.name} has config problems: " + "; ".join(problems)
         ) from err
     return f"wrote {ROOT}.{'.'.join(keys)} in {file.name}; review it with `git diff {file.name}`"
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from model.preflight import CLUSTER_TAG
+from model.tags import CLUSTER as CLUSTER_TAG
 from ops.aws import OpsError, call
 from ops.cluster import controller_instance, describe_instances, node_ipv4, node_name
 from ops.context import Context

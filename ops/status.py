@@ -48,7 +48,8 @@ def _remote(ctx: Context, cluster: str, name_base: str) -> dict[str, Any]:
             f"{(res.stderr or res.stdout).strip()[-300:]}"
         }
     try:
-        return json.loads(res.stdout.split(STATUS_BEGIN, 1)[1])
+        remote: dict[str, Any] = json.loads(res.stdout.split(STATUS_BEGIN, 1)[1])
+        return remote
     except ValueError as err:
         return {"error": f"status script output is not JSON ({err}); it may have been truncated"}
 

@@ -2,7 +2,7 @@
 
 Each rule takes the resource type token, its input properties and whether the resource
 is `protect`ed, and returns the violations it finds (empty: compliant). They import
-neither pulumi nor pulumi_policy, so tests run them on the plans `python -m infra.plan`
+neither pulumi nor pulumi_policy, so tests run them on the plans `python -m offline.plan`
 renders, and `policy/pack.py` wraps them for `pulumi preview --policy-pack policy/`.
 
 Property names: the engine hands policies (and `plan.json`) camelCase names

@@ -1,7 +1,7 @@
 """Shared helpers: run components or the whole program under the plan's mocks.
 
-The mocks are `infra.plan.PlanMocks` (deterministic ids, FSx dns/mount name, launch
-template latest_version 1), so tests see exactly what `python -m infra.plan` writes.
+The mocks are `offline.mocks.PlanMocks` (deterministic ids, FSx dns/mount name, launch
+template latest_version 1), so tests see exactly what `python -m offline.plan` writes.
 Each call re-installs the mocks (the mock runtime state is process-global [P-SDK]).
 """
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from infra.plan import PLAN_NOW, PlanMocks, load_stack_config, run_under_mocks, run_with_mocks
+from offline.mocks import PLAN_NOW, PlanMocks, run_under_mocks, run_with_mocks
+from offline.plan import load_stack_config
 
 REGION = "us-east-2"
 
@@ -69,7 +70,7 @@ def stack_config(stack: str) -> tuple[dict[str, Any], str]:
 
 def valid_raw() -> dict[str, Any]:
     """A small valid cluster config (dev-like, existing subnet, a block that starts after
-    infra.plan.PLAN_NOW, a pinned image) for mutation in tests."""
+    offline.mocks.PLAN_NOW, a pinned image) for mutation in tests."""
     return {
         "name": "t1",
         "instance_type": "p5.48xlarge",

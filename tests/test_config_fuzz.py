@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.plan import main
 from model.config import parse_config
 from model.errors import ConfigError
 from model.paths import ROOT
+from offline.plan import main
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ_SEED = 20261201

@@ -410,7 +410,7 @@ def test_shipped_stacks_have_no_warnings(stack):
 
 
 def test_the_program_prints_the_warnings():
-    from infra.plan import plan_mocks
+    from offline.mocks import plan_mocks
 
     raw, region = stack_config("dev")
     raw["capacity"]["capacity_blocks"][0]["instance_count"] = 3

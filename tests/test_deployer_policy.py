@@ -24,7 +24,8 @@ from pathlib import Path
 import botocore.session
 import pytest
 
-from infra.plan import load_stack_config, run_under_mocks
+from offline.mocks import run_under_mocks
+from offline.plan import load_stack_config
 from ops.cli import main as ops_main
 from tests.ops_stubs import Aws, context
 

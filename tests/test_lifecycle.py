@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import pulumi
 import pytest
 
-from infra.plan import PLAN_NOW, PlanMocks, declared_blocks
 from model.config import parse_config
 from model.deploy import deploy_problems
 from model.fsx_identity import fsx_identity
+from offline.mocks import PLAN_NOW, PlanMocks, declared_blocks
 from tests.mocks import REGION, run_program, valid_raw
 
 R = "gpu-cluster:cluster"

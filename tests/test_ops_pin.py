@@ -16,7 +16,7 @@ from model.fsx_identity import fsx_identity
 from model.image import DLAMI_SSM_PARAMETER
 from ops.cli import main
 from ops.fsx import LIVE_FIELDS
-from ops.stackfile import scalar, set_key
+from stackfile.edit import scalar, set_key
 from tests.ops_stubs import NOW, Aws, FakeClock, context
 from tests.test_ops_preflight import AMI, CR, IMAGE, STACK, block, stub_account, write_stack
 

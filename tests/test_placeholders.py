@@ -16,10 +16,11 @@ import pulumi
 import pytest
 import yaml
 
-from infra.plan import load_stack_config, run_under_mocks
 from model.config import parse_config
 from model.image import DLAMI_SSM_PARAMETER
 from model.placeholders import EXAMPLE_VALUES, example_value_problems, is_example
+from offline.mocks import run_under_mocks
+from offline.plan import load_stack_config
 from ops.cli import main
 from tests.ops_stubs import Aws, context
 
@@ -139,7 +140,7 @@ def test_program_preflight_refuses_the_shipped_stack_before_any_lookup(stack):
 
 
 def test_program_preflight_declares_and_reads_nothing_when_refusing():
-    from infra.plan import PlanMocks, declared_blocks
+    from offline.mocks import PlanMocks, declared_blocks
 
     raw, region = load_stack_config("dev")
     mocks = PlanMocks(region, subnet_az="us-east-2b", blocks=declared_blocks(raw))
@@ -173,7 +174,7 @@ def test_one_replaced_value_leaves_the_others_refused():
 
 
 def test_the_offline_plan_still_renders_the_shipped_stacks(tmp_path):
-    from infra.plan import main as plan_main
+    from offline.plan import main as plan_main
 
     for stack in ("dev", "prod"):
         assert plan_main(["--stack", stack, "--out", str(tmp_path / stack)]) == 0

@@ -1,4 +1,4 @@
-"""`python -m infra.plan`: plan, user data files, byte stability, bad config."""
+"""`python -m offline.plan`: plan, user data files, byte stability, bad config."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.plan import apply_override, main
+from offline.plan import main
+from stackfile.setpath import apply_override
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _render(out: Path, *args: str) -> subprocess.CompletedProcess:
     """The CLI as users run it, in a fresh process."""
     return subprocess.run(
-        [sys.executable, "-m", "infra.plan", "--stack", "dev", "--out", str(out), *args],
+        [sys.executable, "-m", "offline.plan", "--stack", "dev", "--out", str(out), *args],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""`python -m infra.plan` on bad input: one line per problem, exit 2, never a traceback.
+"""`python -m offline.plan` on bad input: one line per problem, exit 2, never a traceback.
 
 Every case here printed a Python traceback before (issue 11): YAML that is not a
 mapping, YAML syntax errors, `--set` paths into a scalar or a string, values that do
@@ -16,7 +16,8 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from infra.plan import DEBUG_ENV, SECRET_PLACEHOLDER, main
+from offline.plan import DEBUG_ENV, main
+from stackfile.tree import SECRET_PLACEHOLDER
 from tests.mocks import REGION, valid_raw
 
 REPO = Path(__file__).resolve().parent.parent
@@ -150,10 +151,10 @@ def test_a_yaml_alias_that_contains_itself(tmp_path, capsys):
 
 
 def test_a_yaml_error_in_a_fresh_process_has_no_traceback(tmp_path):
-    """As users run it: `python -m infra.plan` in its own process."""
+    """As users run it: `python -m offline.plan` in its own process."""
     f = _stack_file(tmp_path, HEAD + "  gpu-cluster:cluster:\n    name: 'dev\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.plan", "--stack", "t1", "--config-file", str(f), "--out", str(tmp_path / "o")],
+        [sys.executable, "-m", "offline.plan", "--stack", "t1", "--config-file", str(f), "--out", str(tmp_path / "o")],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -276,7 +277,7 @@ def test_out_below_a_file(tmp_path, capsys):
 
 def test_out_that_fails_while_writing(tmp_path, capsys, monkeypatch):
     """A write that fails after the checks (disk full, a race) is still one line, exit 2."""
-    import infra.plan
+    import offline.plan
 
     real = Path.write_text
 
@@ -285,7 +286,7 @@ def test_out_that_fails_while_writing(tmp_path, capsys, monkeypatch):
             raise OSError(28, "No space left on device", str(self))
         return real(self, *a, **kw)
 
-    monkeypatch.setattr(infra.plan.Path, "write_text", full)
+    monkeypatch.setattr(offline.plan.Path, "write_text", full)
     out = tmp_path / "o"
     assert _cli(capsys, "--stack", "dev", "--out", str(out)) == (
         2,
@@ -361,8 +362,8 @@ def test_internal_error_traceback_on_request(tmp_path, capsys, monkeypatch):
 def test_a_non_json_config_value_in_the_program_does_not_echo_it():
     """`pulumi config set gpu-cluster:cluster <text>`: Pulumi's own ConfigTypeError quotes
     the value (maybe a decrypted secret); the program names the key and the fix."""
-    from infra.plan import PlanMocks, run_with_mocks
     from infra.stack import run
+    from offline.mocks import PlanMocks, run_with_mocks
 
     with pytest.raises(pulumi.RunError) as exc:
         run_with_mocks(

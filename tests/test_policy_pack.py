@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pulumi.runtime.mocks import MockMonitor
 
-from infra.plan import write_plan
 from model import tags as node_tags
+from offline.plan import write_plan
 from policy import rules
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 
 from infra.iam import registry_read_policy
-from infra.plan import SECRET_SHOWN
 from model.config import parse_config
 from model.containers import ContainersConfig
 from model.errors import ConfigError
 from model.registries import registry_access
+from offline.mocks import SECRET_SHOWN
 from tests.mocks import REGION, run_program, valid_raw
 from userdata import layout
 from userdata.registries import SOURCE_DIR as REG_TEMPLATES
 
 R = "gpu-cluster:cluster.containers"
 BOOT = Path(__file__).resolve().parent.parent / "nodeside"
-ACCOUNT = "123456789012"  # infra.plan.ACCOUNT: what the mocked getCallerIdentity answers
+ACCOUNT = "123456789012"  # offline.mocks.ACCOUNT: what the mocked getCallerIdentity answers
 OWN = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 OTHER = "210987654321.dkr.ecr.eu-west-1.amazonaws.com"
 NGC = {"registry": "nvcr.io", "kind": "ssm", "secret": "/gpu-cluster/ngc"}
@@ -345,7 +345,7 @@ def test_stack_secret_becomes_one_secure_parameter():
 
 
 def run_program_with(raw, secrets=None, extra_config=None):
-    from infra.plan import run_under_mocks
+    from offline.mocks import run_under_mocks
     from tests.mocks import Run
 
     mocks, urns, outputs, node_files = run_under_mocks(raw, REGION, secrets=secrets, extra_config=extra_config)

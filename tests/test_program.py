@@ -256,7 +256,7 @@ def test_main_exports_every_output():
 
     from pulumi.runtime.settings import get_root_resource
 
-    from infra.plan import PLAN_NOW, PlanMocks, declared_blocks, run_with_mocks
+    from offline.mocks import PLAN_NOW, PlanMocks, declared_blocks, run_with_mocks
 
     raw, region = stack_config("dev")
     # main() is `pulumi up`: it refuses the shipped file's example ids (model/placeholders.py).

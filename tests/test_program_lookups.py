@@ -13,7 +13,8 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from infra.plan import PlanMocks, declared_blocks, run_with_mocks, warning_lines
+from offline.mocks import PlanMocks, declared_blocks, run_with_mocks
+from offline.plan import warning_lines
 from tests.mocks import REGION, run_program, valid_raw
 
 R = "gpu-cluster:cluster"
@@ -178,8 +179,8 @@ def test_under_the_pulumi_entry_point():
     )
 
     def program():
-        from infra.plan import PLAN_NOW
         from infra.stack import main
+        from offline.mocks import PLAN_NOW
 
         main(now=PLAN_NOW)
 

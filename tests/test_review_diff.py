@@ -1,4 +1,4 @@
-"""`python -m infra.review` / `make diff`: the review diff of a change, offline.
+"""`python -m offline.review` / `make diff`: the review diff of a change, offline.
 
 A fixture repository (a copy of this tree, committed as the base) gets the edits a pull
 request would make; the review renders both revisions and must say exactly what happens.
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import review as rv
-from infra.plan import _hex
+from offline import review as rv
+from offline.mocks import _hex
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET_VALUE = "hunter2-s3cr3t-value"
@@ -79,7 +79,7 @@ def clean_review(fixture_repo, tmp_path_factory):
     command line a workflow runs."""
     out = tmp_path_factory.mktemp("clean") / "review.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.review", "--base", "base", "--format", "markdown", "--out", str(out)]
+        [sys.executable, "-m", "offline.review", "--base", "base", "--format", "markdown", "--out", str(out)]
         + ["--repo", str(fixture_repo), "--stack", "dev"],
         cwd=REPO,
         capture_output=True,
@@ -212,7 +212,7 @@ def test_added_and_removed_stacks(changed):
     text = changed["text"]
     extra = _block(text, "== stack extra (new stack): 20 added")
     assert extra[1:3] == [
-        "   47 node files, all new: `python -m infra.plan --stack extra --out DIR` writes them.",
+        "   47 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
         "  added                  LustreFileSystem dev-lustre",
     ]
     prod = _block(text, "== stack prod (stack removed): stack file removed, no resource deleted by it")
@@ -269,7 +269,7 @@ def test_make_diff_interface():
         text=True,
         check=True,
     )
-    assert proc.stdout.strip().endswith("-m infra.review --base origin/main --format markdown --out build/review.md")
+    assert proc.stdout.strip().endswith("-m offline.review --base origin/main --format markdown --out build/review.md")
     proc = subprocess.run(
         ["make", "--no-print-directory", "-n", "diff", "BASE=main"],
         cwd=REPO,
@@ -278,7 +278,7 @@ def test_make_diff_interface():
         check=True,
         env=os.environ,
     )
-    assert proc.stdout.strip().endswith("-m infra.review --base main --format text")
+    assert proc.stdout.strip().endswith("-m offline.review --base main --format text")
 
 
 # --- the comparison itself, on small plans (no rendering) ----------------------------------
@@ -378,3 +378,23 @@ def test_markdown_stays_under_the_comment_limit(tmp_path):
     lines = _lines(md)
     assert "Node files (40), diffs left out (comment size limit):" in lines
     assert "- changed `node:/etc/f0`" in lines and '  k0: "a" -> "b"' in lines
+
+
+def test_a_base_from_before_the_offline_package_renders_with_its_own_plan_module(tmp_path):
+    """Bases from before the plan writer left infra/ have `python -m infra.plan`; the base
+    is rendered with its own code, so the review runs the module that base has."""
+    old = tmp_path / "old"
+    (old / "infra").mkdir(parents=True)
+    (old / "infra" / "__init__.py").write_text("")
+    (old / "infra" / "plan.py").write_text(
+        "import json, sys\n"
+        "args = sys.argv[1:]\n"
+        "out = args[args.index('--out') + 1]\n"
+        "import os\n"
+        "os.makedirs(out)\n"
+        "json.dump({'module': __spec__.name, 'stack': args[args.index('--stack') + 1]}, open(out + '/plan.json', 'w'))\n"
+    )
+    assert rv.plan_module(old) == "infra.plan" and rv.plan_module(REPO) == "offline.plan"
+    result = rv.render(old, "dev", tmp_path / "out")
+    assert result.error is None
+    assert yaml.safe_load((tmp_path / "out" / "plan.json").read_text()) == {"module": "infra.plan", "stack": "dev"}

@@ -1,7 +1,7 @@
 """No registry secret reaches user data, the payload, plan.json, stack outputs or logs.
 
 A stack with every kind of registry login is planned with distinctive secret values
-(`infra.plan.write_plan`, the same writer as `python -m infra.plan`); every byte it
+(`offline.plan.write_plan`, the same writer as `python -m offline.plan`); every byte it
 writes is searched, the payload tarball member by member. Positive controls prove each
 value did flow where it must: the stack secret into the SSM parameter the program
 creates, the node's secrets into Enroot's credentials file.
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from infra.plan import PLAN_SECRET_VALUE, PlanMocks, declared_blocks, run_under_mocks, write_plan
+from offline.mocks import PlanMocks, declared_blocks, run_under_mocks
+from offline.plan import write_plan
+from stackfile.reader import PLAN_SECRET_VALUE
 from tests.mocks import REGION, valid_raw
 from tests.test_private_images import SECRETS, _step_box
 

@@ -13,9 +13,9 @@ import copy
 
 import pytest
 
-from infra.plan import run_under_mocks
 from model.config import parse_config
 from model.preflight import fixed_names
+from offline.mocks import run_under_mocks
 from tests.mocks import stack_config
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -1,7 +1,7 @@
 """Stack-file YAML: render one key's lines, and set that key with a targeted text edit.
 
 A YAML round trip (load, change, dump) would drop every comment of the stack file and
-reorder its keys, so `--write` edits the text: it finds the key's block by indentation,
+reorder its keys, so `ops pin --write` edits the text: it finds the key's block by indentation,
 replaces only that block (keeping the key line's own comment), then loads the result
 and checks that exactly that key changed. Anything it cannot edit that way (a flow
 mapping on the path, comments inside the block) is refused; the printed lines are then
@@ -21,9 +21,15 @@ from typing import Any
 import yaml
 
 from model.paths import CONFIG_KEY, CONFIG_NAMESPACE
-from ops.aws import OpsError
+from stackfile.reader import StackLoader
 
 INDENT = 2
+
+
+class EditRefused(ValueError):
+    """The key cannot be set by a text edit; the file is left as it was."""
+
+
 # `key:` ends at the first colon followed by a space or the line end, so keys with
 # colons (`gpu-cluster:cluster`, `aws:region`) match whole.
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>\"[^\"]*\"|'[^']*'|[^\s#'\"-][^#]*?):(?P<rest>\s.*)?$")
@@ -128,7 +134,7 @@ def set_key(text: str, path: list[str], new_lines: list[str]) -> str:
         if last:
             inner = doc.lines[at + 1 : end]
             if any(line.strip().startswith("#") for line in inner):
-                raise OpsError(f"{label} has comment lines inside it; edit it by hand with the lines above")
+                raise EditRefused(f"{label} has comment lines inside it; edit it by hand with the lines above")
             m = _KEY.match(doc.lines[at])
             own_comment = ""
             if m and m["rest"] and m["rest"].strip().startswith("#") and len(new_lines) > 1:
@@ -138,7 +144,7 @@ def set_key(text: str, path: list[str], new_lines: list[str]) -> str:
             doc.lines[at:end] = rendered
             return "\n".join(doc.lines) + "\n"
         if _inline_value(doc.lines[at]):
-            raise OpsError(
+            raise EditRefused(
                 f"{'.'.join(k for k in path[: depth + 1] if k != 'config')} is written inline (flow style); edit it by hand with the "
                 "lines above"
             )
@@ -146,6 +152,15 @@ def set_key(text: str, path: list[str], new_lines: list[str]) -> str:
         lo, hi = at + 1, end
         indent = doc.child_indent(lo, hi, parent_indent)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _load(text: str) -> Any:
+    """The strict reader's view (an edit that made a duplicate key is refused, not
+    silently read as its last value)."""
+    try:
+        return yaml.load(text, Loader=StackLoader)
+    except yaml.YAMLError as err:
+        raise EditRefused(f"the edited file does not load: {' '.join(str(err).split())}") from None
 
 
 CLUSTER_PATH = ["config", f"{CONFIG_NAMESPACE}:{CONFIG_KEY}"]
@@ -157,13 +172,13 @@ def write_key(file: Path, keys: list[str], new_lines: list[str], value: Any) -> 
     key changed."""
     text = file.read_text()
     new_text = set_key(text, CLUSTER_PATH + keys, new_lines)
-    expected = deepcopy(yaml.safe_load(text)) or {}
+    expected = deepcopy(_load(text)) or {}
     node = expected
     for k in CLUSTER_PATH + keys[:-1]:
         node = node.setdefault(k, {})
     node[keys[-1]] = value
-    if yaml.safe_load(new_text) != expected:
-        raise OpsError(
+    if _load(new_text) != expected:
+        raise EditRefused(
             f"could not set {'.'.join(keys)} in {file.name} by a text edit without changing anything "
             "else; paste the lines above by hand"
         )

@@ -1,10 +1,10 @@
 """Review diff: what a change does to every stack, offline, for a pull request.
 
-    python -m infra.review --base <ref> [--format text|markdown] [--out FILE] [--stack NAME ...]
+    python -m offline.review --base <ref> [--format text|markdown] [--out FILE] [--stack NAME ...]
     make diff BASE=<ref> [FORMAT=markdown] [OUT=FILE]
 
 Renders every stack (each `Pulumi.<stack>.yaml` at either revision) twice with the
-offline plan writer (`python -m infra.plan`, Pulumi mocks, no cloud credentials): once
+offline plan writer (`python -m offline.plan`, Pulumi mocks, no cloud credentials): once
 from the base revision, extracted with `git archive` into a temporary directory (the
 base may have different code, so it runs in its own process from its own tree; the
 user's checkout is never touched), and once from the working tree as it is, uncommitted
@@ -257,7 +257,7 @@ def diff_inputs(old: Any, new: Any, path: str = "", secret: bool = False) -> lis
         return [] if o == n else [(path, _show(old, True), _show(new, True))]
     if isinstance(old, dict) and isinstance(new, dict):
         # {"key": NAME, "value": ...} (Auto Scaling tags): NAME says whether it is secret.
-        named = {d.get("key") for d in (old, new) if isinstance(d.get("key"), str)}
+        named = {d["key"] for d in (old, new) if isinstance(d.get("key"), str)}
         secret = secret or any(_secret_key(n) for n in named)
         out = []
         for k in sorted(set(old) | set(new)):
@@ -313,7 +313,8 @@ def resolve_base(ref: str, repo: Path = REPO) -> str:
             f"review: base revision {ref!r} is not a commit in this repository "
             "(a branch, tag or sha; in CI fetch it first, e.g. `git fetch origin main` and use origin/main)"
         )
-    return sha.stdout.strip()
+    resolved: str = sha.stdout.strip()
+    return resolved
 
 
 def extract_tree(sha: str, dest: Path, repo: Path = REPO) -> None:
@@ -336,13 +337,25 @@ class Render:
     error: str | None = None
 
 
+# The plan writer's module at a revision: revisions from before the offline tools left
+# infra/ have it as infra/plan.py, and a base is rendered with its own code.
+PLAN_MODULES = (("offline/plan.py", "offline.plan"), ("infra/plan.py", "infra.plan"))
+
+
+def plan_module(tree: Path) -> str:
+    for path, module in PLAN_MODULES:
+        if (tree / path).is_file():
+            return module
+    return PLAN_MODULES[0][1]  # neither: the run fails and the report shows why
+
+
 def render(tree: Path, stack: str, out: Path) -> Render:
-    """`python -m infra.plan` from `tree`, in its own process: that tree's code, not ours."""
+    """`python -m offline.plan` from `tree`, in its own process: that tree's code, not ours."""
     env = {**os.environ, "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true"}
     env.pop("PYTHONPATH", None)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "infra.plan", "--stack", stack, "--out", str(out)],
+            [sys.executable, "-m", plan_module(tree), "--stack", stack, "--out", str(out)],
             cwd=tree,
             capture_output=True,
             text=True,
@@ -401,15 +414,16 @@ def _custom(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _mock_id(r: dict[str, Any]) -> str | None:
     """The id the plan writer's mocks gave `r` (what other resources' inputs carry)."""
-    from infra import plan as planmod
+    from offline import mocks as planmod
 
     typ, name, inputs = r["type"], r["name"], r.get("inputs") or {}
     if typ == FSX_TYPE:
         return planmod.FSX_ID
+    given: str | None = inputs.get("name")
     if typ in ("aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile"):
-        return inputs.get("name") or f"{name}-{planmod._hex(name, 7)}"
+        return given or f"{name}-{planmod._hex(name, 7)}"
     if typ == ASG_TYPE:
-        return inputs.get("name") or name
+        return given or name
     if typ in planmod._ID_PREFIX:
         return planmod._ID_PREFIX[typ] + planmod._hex(name)
     return None
@@ -630,7 +644,8 @@ def review(
 def _load(r: Render | None) -> dict[str, Any] | None:
     if r is None or r.error:
         return None
-    return json.loads((r.out / "plan.json").read_text())
+    plan: dict[str, Any] = json.loads((r.out / "plan.json").read_text())
+    return plan
 
 
 def _stack_report(stack: str, b: Render | None, h: Render | None) -> StackReport:
@@ -654,7 +669,9 @@ def _stack_report(stack: str, b: Render | None, h: Render | None) -> StackReport
             rep.error = f"the base revision does not render this stack (shown as all new):\n{b.error}"
         rep.changes = compare_plans({}, head)
         files = len(_file_tree(h.out)) if h else 0
-        rep.notes.append(f"{files} node files, all new: `python -m infra.plan --stack {stack} --out DIR` writes them.")
+        rep.notes.append(
+            f"{files} node files, all new: `python -m offline.plan --stack {stack} --out DIR` writes them."
+        )
         explain(rep, None, head)
         return rep
     rep.changes = compare_plans(base or {}, head)
@@ -756,7 +773,7 @@ def _markdown(sha: str, base_ref: str, reports: list[StackReport], files: bool, 
     out = [MARKER, "## gpu-cluster review", ""]
     out.append(
         f"Base `{base_ref}` (`{sha[:12]}`) against this change; offline plans from "
-        "`python -m infra.plan` (Pulumi mocks, no cloud credentials)."
+        "`python -m offline.plan` (Pulumi mocks, no cloud credentials)."
     )
     alerts = _banner(reports)
     if alerts:
@@ -802,7 +819,7 @@ def _markdown(sha: str, base_ref: str, reports: list[StackReport], files: bool, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.review", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m offline.review", description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="base revision (branch, tag or sha), e.g. origin/main")
     parser.add_argument("--format", choices=("text", "markdown"), default="text")
     parser.add_argument("--out", type=Path, help="write the report here (default: stdout)")

@@ -1,0 +1,294 @@
+"""Offline plan: run the real program under Pulumi's mocks, write what it would do.
+
+    python -m offline.plan --stack dev --out DIR [--config-file FILE] [--set PATH=VALUE ...]
+
+Reads `Pulumi.<stack>.yaml` (or FILE), applies `--set` overrides, runs `infra.stack.run()`
+with deterministic mocks and writes:
+  DIR/plan.json                       every resource (type, name, urn, inputs as the engine
+                                      sees them: camelCase) and the resolved stack outputs
+  DIR/userdata/<name>/user-data       exact bytes handed to EC2 before base64
+  DIR/userdata/<name>/files/<path>    every file the node gets (from the user data itself
+                                      or from the S3 payload)
+  DIR/userdata/<name>/payload.tar.gz  the S3 payload (plan.json shows the object's
+                                      contentBase64 as a summary)
+  DIR/userdata/index.json             launch template -> user-data directory
+All templates share one user data today, so <name> is `node`; if templates ever
+diverge, each distinct user data gets the launch template's name. On success it prints
+what it wrote (files, resource count); warnings go to stderr as `warning: path: message`.
+
+`--set` takes the paths of `pulumi config set --path`: `capacity.nodes=4`,
+`capacity.capacity_blocks[0].instance_count=4`, `tags["team.name"]=ml`, with or without
+the `cluster.` (or `gpu-cluster:cluster.`) prefix; `aws:region=...` sets the region.
+Values are stored as Pulumi stores them (stackfile/setpath.py). Secure values
+(`key: {secure: ...}`) cannot be decrypted offline: the plan uses SECRET_PLACEHOLDER
+and never writes or prints the ciphertext.
+
+Exit status: 0 written; 2 bad input, one line per problem (`Pulumi.x.yaml:LINE:COL: ...`,
+`--set PATH: ...`, `--out DIR: ...`, or the config's `path: message`), nothing written;
+1 an internal error (a bug), one line (GPU_CLUSTER_DEBUG=1 prints the traceback). Output
+is byte-stable: the program runs at the fixed time PLAN_NOW (offline/mocks.py: which
+Capacity Blocks have started decides group sizes and scheduled actions), never at the
+wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from model.errors import one_line
+from offline.mocks import PlanMocks, plan_mocks, run_under_mocks
+from stackfile.errors import InputError
+from stackfile.location import stack_file
+from stackfile.reader import load_stack_secrets, read_stack_file
+from stackfile.setpath import apply_override
+from stackfile.tree import SECRET_PLACEHOLDER
+
+REPO = Path(__file__).resolve().parent.parent
+# Set to print the traceback of an internal error (a bug) instead of one line.
+DEBUG_ENV = "GPU_CLUSTER_DEBUG"
+
+
+def load_stack_config(stack: str, root: Path = REPO, config_file: Path | None = None) -> tuple[Any, Any]:
+    """(raw `gpu-cluster:cluster` object, aws:region) of a stack; InputError if unusable."""
+    raw, region, _, problems = read_stack_file(stack_file(stack, root, config_file), root)
+    if problems:
+        raise InputError(problems)
+    return raw, region
+
+
+def warning_lines(mocks: PlanMocks) -> list[str]:
+    """What the program logged as warnings (config and preflight), as `pulumi preview` shows them."""
+    return [one_line(f"warning: {message}") for severity, message in mocks.log if severity == "warning"]
+
+
+def check_out(out: Path) -> None:
+    """`--out` is a directory we can create or write; InputError otherwise (checked
+    before the program runs, so a typo costs nothing)."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise InputError([f"--out {out}: an existing file, not a directory; give a directory (created if missing)"])
+        probe = out
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise InputError([f"--out {out}: {probe} is a file, so the directory cannot be created there"])
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise InputError([f"--out {out}: {probe} is not writable by this user"])
+    except OSError as err:
+        raise InputError([f"--out {out}: {err.strerror or err}"]) from None
+
+
+def _with_secret_notes(lines: list[str], secrets: list[str]) -> list[str]:
+    """A config error about a secure value says so: the offline plan checked the
+    placeholder, not the real value (which `pulumi preview` decrypts and checks)."""
+    out = []
+    for line in lines:
+        path = line.split(": ", 1)[0]
+        if any(path == s or path.startswith(s + ".") or path.startswith(s + "[") for s in secrets):
+            line += (
+                f" (a secure value: the offline plan cannot decrypt it and checked {SECRET_PLACEHOLDER!r} in its place)"
+            )
+        out.append(line)
+    return out
+
+
+def write_plan(
+    stack: str,
+    out: Path,
+    overrides: Sequence[str] = (),
+    root: Path = REPO,
+    config_file: Path | None = None,
+    secrets: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Render the plan into `out`. InputError for bad input (stack file, --set, --out)
+    or a config the program refuses; anything else is a bug. `secrets`: stack secret
+    values to run with (tests), over the stack file's placeholders."""
+    path = stack_file(stack, root, config_file)
+    raw, region, secret_paths, problems = read_stack_file(path, root)
+    file_secrets, plain = load_stack_secrets(path)
+    recorded = []
+    for assignment in overrides:
+        if assignment.startswith("aws:region="):
+            region = assignment.partition("=")[2]
+            if not region:
+                problems.append("--set aws:region: empty; give a region name such as us-east-2")
+            recorded.append(assignment)
+            continue
+        try:
+            before = len(secret_paths)
+            raw = apply_override(raw, assignment, secret_paths)
+            # The ciphertext of a `{secure: ...}` value never reaches plan.json.
+            recorded.append(assignment if len(secret_paths) == before else assignment.partition("=")[0] + "=<secure>")
+        except InputError as err:
+            problems += err.lines
+    check = []
+    try:
+        check_out(out)
+    except InputError as err:
+        check = err.lines
+    if problems or check:
+        raise InputError(problems + check)
+    mocks = plan_mocks(raw, region)
+    try:
+        _, urns, outputs, node_files = run_under_mocks(
+            raw, region, stack=stack, mocks=mocks, extra_config=plain, secrets={**file_secrets, **(secrets or {})}
+        )
+    except pulumi.RunError as err:
+        raise InputError(warning_lines(mocks) + _with_secret_notes(str(err).split("\n"), secret_paths)) from None
+    try:
+        return _write_outputs(stack, out, recorded, region, mocks, urns, outputs, node_files)
+    except OSError as err:
+        raise InputError([f"--out {out}: cannot write {err.filename or out}: {err.strerror or err}"]) from None
+
+
+def _write_outputs(stack, out, overrides, region, mocks, urns, outputs, node_files) -> dict[str, Any]:
+    resources = []
+    for r in mocks.resources:
+        r = {**r, "urn": urns.get(f"{r['name']}|{r['type']}")}
+        if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2" and "contentBase64" in r["inputs"]:
+            body = base64.b64decode(r["inputs"]["contentBase64"])
+            digest = f"<{len(body)} bytes, sha256 {hashlib.sha256(body).hexdigest()}: see userdata/*/payload.tar.gz>"
+            r["inputs"] = {**r["inputs"], "contentBase64": digest}
+        resources.append(r)
+    resources.sort(key=lambda r: (r["urn"] or "", r["type"], r["name"]))
+    plan = {
+        "generated_by": f"python -m offline.plan --stack {stack} (offline/plan.py, Pulumi mocks); do not edit",
+        "stack": stack,
+        "region": region,
+        "overrides": list(overrides),
+        "resources": resources,
+        "outputs": outputs,
+        "warnings": warning_lines(mocks),
+    }
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+
+    # Distinct user data, as EC2 receives it (decoded from the templates' inputs).
+    by_bytes: dict[bytes, list[str]] = {}
+    for r in resources:
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
+            by_bytes.setdefault(base64.b64decode(r["inputs"]["userData"]), []).append(r["name"])
+    index = {}
+    ud_root = out / "userdata"
+    for data, names in sorted(by_bytes.items(), key=lambda kv: sorted(kv[1])[0]):
+        dirname = "node" if len(by_bytes) == 1 else sorted(names)[0]
+        target = ud_root / dirname
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "user-data").write_bytes(data)
+        if data == node_files.user_data:
+            (target / "payload.tar.gz").write_bytes(node_files.s3_payload[1])
+            for path, content in sorted(node_files.files.items()):
+                dest = target / "files" / path.lstrip("/")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(content)
+        for n in names:
+            index[n] = dirname
+    if by_bytes:
+        (ud_root / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return plan
+
+
+def summary(plan: dict[str, Any], out: Path) -> list[str]:
+    """What a successful render wrote, for the terminal."""
+    cloud = sum(1 for r in plan["resources"] if r["custom"])
+    lines = [
+        f"wrote {out / 'plan.json'}: {len(plan['resources'])} resources ({cloud} AWS, "
+        f"{len(plan['resources']) - cloud} components), {len(plan['outputs'] or {})} stack outputs"
+    ]
+    index = out / "userdata" / "index.json"
+    if index.exists():
+        by_dir: dict[str, list[str]] = {}
+        for template, dirname in json.loads(index.read_text()).items():
+            by_dir.setdefault(dirname, []).append(template)
+        for dirname, templates in sorted(by_dir.items()):
+            d = out / "userdata" / dirname
+            files = sum(1 for p in (d / "files").rglob("*") if p.is_file()) if (d / "files").is_dir() else 0
+            size = (d / "user-data").stat().st_size
+            lines.append(
+                f"wrote {d}/: user-data ({size} bytes, for {', '.join(sorted(templates))}), "
+                f"payload.tar.gz, files/ ({files} node files)"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m offline.plan", description=__doc__.split("\n")[0])
+    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    parser.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
+    parser.add_argument(
+        "--config-file",
+        type=Path,
+        help="read this stack file instead of Pulumi.<stack>.yaml (as `pulumi --config-file`)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a config value, path as for `pulumi config set --path` (with or without the "
+        "`cluster.` prefix), e.g. capacity.capacity_blocks[0].instance_count=4; repeatable",
+    )
+    args = parser.parse_args(argv)
+    try:
+        plan = write_plan(args.stack, args.out, args.overrides, config_file=args.config_file)
+        lines = summary(plan, args.out)
+    except InputError as err:
+        for line in err.lines:
+            print(one_line(line), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback on request
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        text = one_line(" ".join(str(err).split()))
+        print(
+            f"internal error: {type(err).__name__}: {text[:500]}; rerun with {DEBUG_ENV}=1 for the traceback",
+            file=sys.stderr,
+        )
+        return 1
+    for line in plan["warnings"]:
+        print(line, file=sys.stderr)
+    for line in lines:
+        print(line)
+    return 0
+
+
+def close_event_loops() -> None:
+    """Close the event loops the mocked run left open, before interpreter exit.
+
+    A program refused half-way (a RunError from a registration callback) leaves a loop
+    open with tasks pending; at exit the garbage collector may close the loop's self-pipe
+    socket before the loop itself, whose finalizer then prints an "Exception ignored ...
+    Invalid file descriptor: -1" traceback: noise on a clean refusal. Closing every open
+    loop here, while its sockets are still intact, leaves nothing to finalize.
+    """
+    import asyncio
+    import gc
+
+    for obj in gc.get_objects():
+        if isinstance(obj, asyncio.AbstractEventLoop) and not obj.is_closed() and not obj.is_running():
+            for task in asyncio.all_tasks(obj):
+                task.cancel()
+            obj.close()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
+    code = main()
+    close_event_loops()
+    sys.exit(code)
