@@ -41,7 +41,7 @@ from model.config import (
     parse_config,
     program_managed_policy_arns,
 )
-from tests.support.boot_sandbox import Sandbox
+from tests.support.hook_box import STEP, HookBox
 from tests.support.mocks import run_component, run_program, stack_config, valid_raw
 from userdata import layout
 from userdata.render import FsxEndpoint, render_userdata
@@ -56,7 +56,6 @@ MINE = "arn:aws:iam::123456789012:policy/team/TrainingDataRead"
 HOOK = "#!/bin/bash\nset -eu\necho ready on $NODE_NAME\n"
 FSX = FsxEndpoint(dns_name="fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com", mount_name="abcdefgh")
 URI = "s3://demo-bucket/payload/{sha256}.tar.gz"
-STEP = Path(__file__).resolve().parents[2] / "userdata/templates/boot/steps/99-on-node-ready.sh"
 FAILURES = Path(__file__).resolve().parents[2] / "userdata/templates/boot/lib/boot-failures.sh"
 
 
@@ -482,45 +481,6 @@ def test_shellcheck_rendered_hook_step(tmp_path):
 # --- the boot: step 99 run by the real entry point ------------------------------------
 
 
-class HookBox(Sandbox):
-    """The entry point sandbox with the shipped step 99, a stand-in for steps 10-50
-    (identity and controller address) and a hook."""
-
-    def __init__(self, root: Path, role: str = "worker", timeout: int = 30, run_on: str = "all"):
-        super().__init__(root)
-        self.hook_path = self.home / "hooks" / "on-node-ready"
-        self.hook_log = self.log_dir / "on-node-ready.log"
-        self.hook_status = self.state / "on-node-ready.json"
-        self.markers = self.fsx_root / "hooks" / "on-node-ready"
-        with (self.etc / "cluster.env").open("a") as f:
-            f.write(
-                "INSTANCE_TYPE=p5.48xlarge\nSLURM_PARTITION=train\n"
-                f"ON_NODE_READY_SCRIPT={self.hook_path}\nON_NODE_READY_LOG={self.hook_log}\n"
-                f"ON_NODE_READY_STATUS={self.hook_status}\nON_NODE_READY_MARKERS={self.markers}\n"
-                f"ON_NODE_READY_TIMEOUT={timeout}\nON_NODE_READY_RUN_ON={run_on}\n"
-            )
-        self.step(
-            "10-identity",
-            f"""cat >"$GPU_CLUSTER_STATE/identity.env" <<'E'
-INSTANCE_ID='i-0abc'
-NODE_ADDR='10.0.0.5'
-NODE_NAME='ip-10-0-0-5'
-NODE_ROLE='{role}'
-E
-printf "CONTROLLER_HOST='ip-10-0-0-4'\\nCONTROLLER_ADDR='10.0.0.4'\\n" >"$GPU_CLUSTER_STATE/controller.env"
-""",
-        )
-        shutil.copy(STEP, self.home / "steps" / STEP.name)
-
-    def hook(self, body: str) -> None:
-        self.hook_path.parent.mkdir(parents=True, exist_ok=True)
-        self.hook_path.write_text("#!/bin/bash\n" + body + "\n")
-        self.hook_path.chmod(0o755)
-
-    def hook_marker(self) -> dict:
-        return json.loads(self.hook_status.read_text())
-
-
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -679,19 +639,6 @@ def test_only_reruns_the_hook(tmp_path):
     assert box.boot("--only", "on-node-ready").returncode == 0
     assert box.trace() == []  # step 10 did not run again
     assert box.hook_log.read_text().splitlines().count("again") == 2
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespace)")
-def test_failed_hook_on_fsx_markers(tmp_path):
-    box = HookBox(tmp_path)
-    box.hook("exit 5")
-    r = box.boot(mount_fsx=True)
-    assert r.returncode == 1
-    m = box.marker("ip-10-0-0-5")
-    assert (m["step"], m["state"]) == ("99-on-node-ready", "failed")
-    assert m["reason"].startswith("hooks.on_node_ready exited with status 5")
-    hook = json.loads((box.markers / "ip-10-0-0-5.json").read_text())
-    assert hook == box.hook_marker() and (hook["state"], hook["exit_status"]) == ("failed", 5)
 
 
 # --- where a hook path is read from ---------------------------------------------------

@@ -11,7 +11,6 @@ is the same under cloud-init + systemd and in direct mode.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -19,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.boot_sandbox import Sandbox
+from tests.support.boot_sandbox import Sandbox, _retry_settings
 
 BOOT = Path(__file__).resolve().parents[2] / "userdata" / "templates" / "boot"
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespace)")
 
 
 @pytest.fixture
@@ -32,11 +29,6 @@ def box(tmp_path: Path) -> Sandbox:
     shutil.copy(BOOT / "bin" / "gpu-cluster-boot", b.home / "bin" / "gpu-cluster-boot")
     shutil.copy(BOOT / "lib" / "common.sh", b.home / "lib" / "common.sh")
     return b
-
-
-def _retry_settings(box: Sandbox, attempts: int, delay: int) -> None:
-    with (box.etc / "cluster.env").open("a") as f:
-        f.write(f"BOOT_ATTEMPTS={attempts}\nBOOT_RETRY_DELAY={delay}\n")
 
 
 def _fails_first_time(box: Sandbox, what: str) -> str:
@@ -134,43 +126,6 @@ def test_bad_retry_settings_are_refused(box, setting, value):
     r = box.boot()
     assert r.returncode == 2
     assert f"{setting} must be" in r.stderr
-
-
-@needs_root
-def test_fsx_appearing_late_is_retried_and_recovers_without_a_reboot(box):
-    """The real step 30-fsx: /fsx is not mounted at first and shows up 2 s later."""
-    shutil.copy(BOOT / "steps" / "30-fsx.sh", box.home / "steps" / "30-fsx.sh")
-    shutil.rmtree(box.fsx / ".gpu-cluster")
-    with (box.etc / "cluster.env").open("a") as f:
-        f.write("FSX_DNS_NAME=fs-1.fsx.example\nFSX_MOUNT_NAME=abc\nFSX_MOUNT_TRIES=1\n")
-    _retry_settings(box, attempts=5, delay=1)  # retries at +1, +3, +7, +15 s
-    modinfo = shutil.which("modinfo", path="/usr/sbin:/sbin:/usr/bin:/bin")
-    if modinfo and subprocess.run([modinfo, "lustre"], capture_output=True).returncode == 0:
-        pytest.skip("this host has a Lustre client")
-    # The shared directory is bind-mounted on /fsx 2 s after the boot starts, in the
-    # boot's own (private) mount namespace.
-    inner = f'(sleep 2; mount --bind "{box.fsx}" "{box.fsx}") & exec "$@"'
-    cmd = [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "bash",
-        "-c",
-        inner,
-        "boot",
-        str(box.home / "bin" / "gpu-cluster-boot"),
-    ]
-    r = subprocess.run(
-        cmd, env=box.env(GPU_CLUSTER_PACKAGES="preinstalled"), capture_output=True, text=True, timeout=60
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    log = (box.log_dir / "boot.log").read_text()
-    assert "FAILED 30-fsx" in log and "retrying from 30-fsx" in log
-    st = box.status()
-    assert (st["step"], st["state"]) == ("30-fsx", "ok")
-    assert st["marker"].startswith(str(box.fsx_root))  # the marker reached /fsx
-    assert (box.fsx_root / "munge" / "requests").is_dir()
 
 
 def test_a_step_that_failed_at_the_end_of_a_long_wait_is_not_retried(box):

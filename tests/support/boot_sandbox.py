@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -155,3 +156,12 @@ def _identity_boot(box: Sandbox, imds: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=60,
     )
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+def _retry_settings(box: Sandbox, attempts: int, delay: int) -> None:
+    with (box.etc / "cluster.env").open("a") as f:
+        f.write(f"BOOT_ATTEMPTS={attempts}\nBOOT_RETRY_DELAY={delay}\n")
