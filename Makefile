@@ -10,6 +10,9 @@ FAST ?= not slurm and not localcluster and not faithful
 # Every test that needs root or a daemon lives here; `make check` does not even collect it
 # (the markers above stay, so `-m` still selects lanes within it).
 DAEMON_TESTS ?= tests/daemons
+# The config fuzz's case count in `make check` (the first cases of the same seeded
+# sequence); `make test` runs all of them.
+FUZZ_CASES ?= 100
 # pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process).
 JOBS ?= auto
 # Enroot/Pyxis release tarballs for the faithful lane's local mirror (scripts/vendor-dir.sh).
@@ -62,7 +65,7 @@ check: check-deps
 	echo "== ruff check"; ruff check --output-format concise . || rc=1; \
 	echo "== ruff format --check"; ruff format --check --output-format concise . || rc=1; \
 	echo "== mypy"; mypy || rc=1; \
-	echo "== pytest -m '$(FAST)'"; python -m pytest -q -n $(JOBS) -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
+	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) python -m pytest -q -n $(JOBS) -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
 	exit $$rc
 
 lint: check-deps

@@ -14,6 +14,7 @@ hypothesis is not in requirements-dev.txt, so a seeded `random.Random` drives it
 from __future__ import annotations
 
 import copy
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ from model.config import ROOT, ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ_SEED = 20261201
-CASES = 300
+# `make check` runs the first cases only (GPU_CLUSTER_FUZZ_CASES) to stay in its time
+# budget; the seeded sequence is the same, so the full run covers those too.
+CASES = int(os.environ.get("GPU_CLUSTER_FUZZ_CASES", "300"))
 # A case the config accepts renders the whole plan (~0.35 s of CPU); the first ones do, the
 # rest stop at parse_config, which keeps the test well under 20 s.
 MAX_RENDERS = 8
@@ -178,7 +181,7 @@ def test_fuzzed_stack_files_never_crash(tmp_path, capsys):
             for line in lines:
                 assert line.startswith((str(f), ROOT, "aws:region", "warning: ")), f"{case}: {line}"
     # The mutations reach both outcomes (a fuzz that only ever refuses tests little).
-    assert rendered_ok >= 5 and refused >= 150, (rendered_ok, refused)
+    assert rendered_ok >= 5 and refused >= CASES // 2, (rendered_ok, refused)
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

@@ -11,6 +11,7 @@ is the same under cloud-init + systemd and in direct mode.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -31,6 +32,18 @@ def box(tmp_path: Path) -> Sandbox:
     return b
 
 
+def _fake_sleep(box: Sandbox, until: Path | None = None) -> tuple[dict[str, str], Path]:
+    """A `sleep` on PATH that records what the entry point asked for and returns at once
+    (or once `until` exists): the backoff is asserted from the requested waits, without
+    spending them."""
+    bindir, log = box.root / "fakebin", box.root / "sleeps"
+    bindir.mkdir()
+    wait = f'while [ ! -e "{until}" ]; do {shutil.which("sleep")} 0.05; done\n' if until else ""
+    (bindir / "sleep").write_text(f'#!/bin/sh\necho "$*" >>"{log}"\n{wait}')
+    (bindir / "sleep").chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}"}, log
+
+
 def _fails_first_time(box: Sandbox, what: str) -> str:
     """A step body that fails on its first run only (e.g. one failed download)."""
     flag = box.root / "failed-once"
@@ -43,10 +56,12 @@ def test_transient_failure_is_retried_from_the_failed_step(box, manager):
     box.step("10-a", "true")
     box.step("20-b", _fails_first_time(box, "download of enroot.deb failed: HTTP 503"))
     box.step("30-c", "true")
-    r = box.boot(GPU_CLUSTER_SERVICE_MANAGER=manager)
+    path, sleeps = _fake_sleep(box)
+    r = box.boot(GPU_CLUSTER_SERVICE_MANAGER=manager, **path)
     assert r.returncode == 0, r.stdout + r.stderr
     # Re-run from the failed step: 10-a ran once, 20-b twice.
     assert box.trace() == ["10-a", "20-b", "20-b", "30-c"]
+    assert sleeps.read_text().split() == ["1"]
     log = (box.log_dir / "boot.log").read_text()
     assert "FAILED 20-b" in log
     assert "attempt 1 of 3 failed at 20-b; retrying from 20-b in 1s" in log
@@ -59,16 +74,15 @@ def test_permanent_failure_stops_after_bounded_attempts_with_backoff(box):
     box.step("10-a", "true")
     box.step("20-b", 'die "the widget is missing"')
     box.step("30-c", "true")
-    t0 = time.monotonic()
-    r = box.boot()
-    elapsed = time.monotonic() - t0
+    path, sleeps = _fake_sleep(box)
+    r = box.boot(**path)
     assert r.returncode == 1
     assert box.trace() == ["10-a", "20-b", "20-b", "20-b"]
     log = (box.log_dir / "boot.log").read_text()
     # Backoff doubles: 1 s, then 2 s.
     assert "attempt 1 of 3 failed at 20-b; retrying from 20-b in 1s" in log
     assert "attempt 2 of 3 failed at 20-b; retrying from 20-b in 2s" in log
-    assert elapsed >= 3
+    assert sleeps.read_text().split() == ["1", "2"]
     st = box.status()
     assert (st["step"], st["state"]) == ("20-b", "failed")
     assert st["reason"].startswith("the widget is missing (see ")
@@ -78,9 +92,11 @@ def test_permanent_failure_stops_after_bounded_attempts_with_backoff(box):
 def test_status_says_retrying_while_waiting(box):
     _retry_settings(box, attempts=2, delay=3)
     box.step("10-a", _fails_first_time(box, "mirror unreachable"))
+    release = box.root / "release"
+    path, sleeps = _fake_sleep(box, until=release)
     proc = subprocess.Popen(
         [str(box.home / "bin" / "gpu-cluster-boot")],
-        env=box.env(),
+        env=box.env(**path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -100,7 +116,9 @@ def test_status_says_retrying_while_waiting(box):
         assert seen["step"] == "10-a"
         assert seen["reason"].startswith("mirror unreachable (see ")
         assert seen["reason"].endswith("; attempt 1 of 2 failed, retrying from 10-a in 3s")
+        release.touch()
         assert proc.wait(timeout=30) == 0
+        assert sleeps.read_text().split() == ["3"]
     finally:
         if proc.poll() is None:
             proc.kill()
