@@ -7,6 +7,7 @@ misspelt parameter or an invented reply field fails the test.
 
 from __future__ import annotations
 
+import functools
 import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,10 +22,22 @@ REGION = "us-east-2"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
+@functools.cache
+def _session() -> boto3.session.Session:
+    # One session for every stubbed client: its loader caches the parsed service models
+    # and endpoint data, which a fresh session per client re-read (most of an ops test's
+    # time). Each client, and so each Stubber, is still its own.
+    return boto3.session.Session()
+
+
 def fake_client(service: str, region: str) -> Any:
-    return boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
-    ).client(service, config=RETRY_CONFIG)
+    return _session().client(
+        service,
+        region_name=region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=RETRY_CONFIG,
+    )
 
 
 class FakeClock:
