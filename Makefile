@@ -7,6 +7,12 @@ OUT ?= build/render-$(STACK)
 # `pulumi` and `make check` share one set of pinned packages.
 VENV ?= venv
 FAST ?= not slurm and not localcluster and not faithful
+# Every test that needs root or a daemon lives here; `make check` does not even collect it
+# (the markers above stay, so `-m` still selects lanes within it).
+DAEMON_TESTS ?= tests/daemons
+# The config fuzz's case count in `make check` (the first cases of the same seeded
+# sequence); `make test` runs all of them.
+FUZZ_CASES ?= 100
 # pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process).
 JOBS ?= auto
 # Enroot/Pyxis release tarballs for the faithful lane's local mirror (scripts/vendor-dir.sh).
@@ -50,7 +56,7 @@ $(VENV)/.installed: requirements-dev.txt requirements.txt
 	touch $@
 
 # Everything that needs no daemon, no root and no apt. The shellcheck runs are tests
-# (tests/test_userdata_render.py, tests/test_shell_scripts.py), so the file lists have
+# (tests/userdata/test_userdata_render.py, tests/repo/test_shell_scripts.py), so the file lists have
 # one home; they skip when shellcheck is missing, hence the explicit probe first.
 check: check-deps
 	@export PATH="$(CURDIR)/$(VENV)/bin:$$PATH"; set -e; \
@@ -59,7 +65,7 @@ check: check-deps
 	echo "== ruff check"; ruff check --output-format concise . || rc=1; \
 	echo "== ruff format --check"; ruff format --check --output-format concise . || rc=1; \
 	echo "== mypy"; mypy || rc=1; \
-	echo "== pytest -m '$(FAST)'"; python -m pytest -q -n $(JOBS) -m "$(FAST)" || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
+	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) python -m pytest -q -n $(JOBS) -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
 	exit $$rc
 
 lint: check-deps
@@ -70,7 +76,7 @@ typecheck: check-deps
 
 # Rewrites tests/golden/** from the current renderers (every test module that takes the
 # update_golden fixture); review the diff before committing.
-GOLDEN_TESTS = $(shell grep -l update_golden tests/test_*.py)
+GOLDEN_TESTS = $(shell grep -rl --include='test_*.py' update_golden tests)
 golden: check-deps
 	$(VENV)/bin/python -m pytest -q --update-golden $(GOLDEN_TESTS)
 

@@ -1,7 +1,7 @@
 """Config reference table, generated from the models so README.md cannot drift.
 
 `python -m model.config_doc` prints the markdown table that README.md carries between
-the `config-reference` markers; tests/test_config_doc.py fails when they differ.
+the `config-reference` markers; tests/repo/test_config_doc.py fails when they differ.
 """
 
 from __future__ import annotations

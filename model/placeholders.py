@@ -7,7 +7,7 @@ happens to exist in someone's account). The program's preflight (`infra/prefligh
 and `python3 -m ops preflight` refuse every one of them with the key, the value and
 the command that finds the user's own; the offline plan (`python -m offline.plan`) and
 the program tests render the shipped files as they are (plans are for review, nothing
-is looked up). `tests/test_placeholders.py` checks that this list is exactly the ids
+is looked up). `tests/model/test_placeholders.py` checks that this list is exactly the ids
 the shipped files contain. Pure: no pulumi, no boto3.
 """
 

@@ -31,7 +31,7 @@ AUTOSCALING_GROUP = "aws:autoscaling/group:Group"
 
 # Every resource type this program creates that takes tags. The cluster tag is what
 # cost reports, `ops` look-ups and a human in the console find the cluster's resources
-# by; a new taggable type belongs here too (tests/test_policy_pack.py checks that every
+# by; a new taggable type belongs here too (tests/policy/test_policy_pack.py checks that every
 # tagged resource in the shipped plans has its type listed).
 TAGGED_TYPES = frozenset(
     {

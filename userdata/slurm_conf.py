@@ -20,7 +20,7 @@ Boot-time values are placeholders `@NAME@` (no `/`, `&`, `\\` or `|`, so a plain
 MaxNodeCount in slurm.conf, the node's address and block in the slurmd --conf line.
 
 Versions. The nodes run Ubuntu's Slurm 23.11; the tests run the files against Debian's
-22.05.8 and, optionally, Debian 13's 24.11.5 in a chroot (tests/test_slurm_oracle.py),
+22.05.8 and, optionally, Debian 13's 24.11.5 in a chroot (tests/daemons/test_slurm_oracle.py),
 and every key used here is accepted by both. Differences this relies on:
 - dynamic nodes exist since 22.05; `--conf` takes NodeAddr, CPUs/Boards/Sockets/Cores/
   Threads, RealMemory, Gres and Feature on all three (there is no `Dynamic=` key);

@@ -1,0 +1,288 @@
+"""The local cluster's fast part: no daemons, no root.
+
+The IMDSv2 stand-in, user data read back the way cloud-init reads it, the namespace
+lane's overrides, and what a faithful-lane machine is given before it boots (NoCloud
+seed, cloud-init settings, overrides merged over the image's, nspawn's arguments).
+The daemon parts are tests/daemons/test_localcluster.py (namespace lane) and
+tests/daemons/test_localcluster_faithful.py (systemd-nspawn machines).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from localcluster import imds, machine, profile
+from localcluster.cluster import OVERRIDES, boot_command, overrides_env
+from tests.support.localcluster_inputs import _user_data
+
+# ---------------------------------------------------------------------------------
+# IMDSv2 stand-in
+# ---------------------------------------------------------------------------------
+IDENTITY = {
+    "instance_id": "i-0123456789abcdef0",
+    "local_ipv4": "10.77.0.11",
+    "local_hostname": "ip-10-77-0-11.us-east-2.compute.internal",
+    "availability_zone": "us-east-2b",
+    "tags": {
+        "GpuClusterName": "local",
+        "GpuClusterRole": "controller",
+        "GpuClusterNodes": "2",
+        "GpuClusterBlock": "on-demand",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def imds_url():
+    handler = type("H", (imds.Handler,), {"tree": imds.metadata_tree(IDENTITY), "tokens": {}, "log_path": None})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _req(url, method="GET", headers=None):
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+
+
+def _token(base, ttl="60"):
+    code, token = _req(f"{base}/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": ttl})
+    assert code == 200
+    return token
+
+
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        ("meta-data/instance-id", "i-0123456789abcdef0"),
+        ("meta-data/local-ipv4", "10.77.0.11"),
+        ("meta-data/local-hostname", "ip-10-77-0-11.us-east-2.compute.internal"),
+        ("meta-data/placement/availability-zone", "us-east-2b"),
+        ("meta-data/tags/instance/GpuClusterName", "local"),
+        ("meta-data/tags/instance/GpuClusterRole", "controller"),
+        ("meta-data/tags/instance/GpuClusterNodes", "2"),
+        ("meta-data/tags/instance/GpuClusterBlock", "on-demand"),
+        ("meta-data/tags/instance", "GpuClusterBlock\nGpuClusterName\nGpuClusterNodes\nGpuClusterRole"),
+    ],
+)
+def test_imds_answers_contract_paths_with_a_token(imds_url, path, value):
+    assert _req(f"{imds_url}/latest/{path}", headers={"X-aws-ec2-metadata-token": _token(imds_url)}) == (200, value)
+
+
+@pytest.mark.parametrize(
+    "headers,code",
+    [
+        ({}, 401),  # IMDSv1 style: refused
+        ({"X-aws-ec2-metadata-token": "not-a-token"}, 401),
+    ],
+)
+def test_imds_rejects_requests_without_a_valid_token(imds_url, headers, code):
+    assert _req(f"{imds_url}/latest/meta-data/instance-id", headers=headers)[0] == code
+
+
+@pytest.mark.parametrize("ttl,code", [(None, 400), ("0", 400), ("21601", 400), ("abc", 400), ("21600", 200)])
+def test_imds_token_needs_a_ttl_header_in_range(imds_url, ttl, code):
+    headers = {} if ttl is None else {"X-aws-ec2-metadata-token-ttl-seconds": ttl}
+    assert _req(f"{imds_url}/latest/api/token", "PUT", headers)[0] == code
+
+
+def test_imds_unknown_path_and_absent_tag_are_404(imds_url):
+    h = {"X-aws-ec2-metadata-token": _token(imds_url)}
+    assert _req(f"{imds_url}/latest/meta-data/tags/instance/Nope", headers=h)[0] == 404
+    assert _req(f"{imds_url}/latest/meta-data/iam/info", headers=h)[0] == 404
+
+
+def test_parse_user_data_decodes_every_write_files_encoding():
+    raw = _user_data(
+        {
+            "write_files": [
+                {"path": "/a/text", "content": "plain\n"},
+                {
+                    "path": "/a/b64",
+                    "encoding": "b64",
+                    "content": base64.b64encode(b"\x00bin").decode(),
+                    "permissions": "0755",
+                    "owner": "root:root",
+                },
+                {
+                    "path": "/a/gz",
+                    "encoding": "gz+b64",
+                    "content": base64.b64encode(gzip.compress(b"zipped", mtime=0)).decode(),
+                    "permissions": "0400",
+                    "owner": "munge:munge",
+                },
+            ],
+            "runcmd": [["/opt/gpu-cluster/bin/gpu-cluster-boot"]],
+        },
+        script=b"#!/bin/sh\necho hi\n",
+    )
+    files, runcmd, scripts = profile.parse_user_data(raw)
+    assert {p: (f.content, f.permissions, f.owner) for p, f in files.items()} == {
+        "/a/text": (b"plain\n", 0o644, "root:root"),
+        "/a/b64": (b"\x00bin", 0o755, "root:root"),
+        "/a/gz": (b"zipped", 0o400, "munge:munge"),
+    }
+    assert runcmd == [["/opt/gpu-cluster/bin/gpu-cluster-boot"]]
+    assert scripts == [b"#!/bin/sh\necho hi\n"]
+
+
+@pytest.mark.parametrize(
+    "runcmd,expected",
+    [
+        ([["/opt/gpu-cluster/bin/gpu-cluster-boot"]], "set -e\n/opt/gpu-cluster/bin/gpu-cluster-boot"),
+        (["/opt/gpu-cluster/bin/gpu-cluster-boot --once"], "set -e\n/opt/gpu-cluster/bin/gpu-cluster-boot --once"),
+        ([], "/opt/gpu-cluster/bin/gpu-cluster-boot"),
+    ],
+)
+def test_boot_command_follows_runcmd_or_the_contract_entry_point(runcmd, expected):
+    assert boot_command(runcmd) == expected
+
+
+def test_overrides_are_exactly_the_three_documented_swaps():
+    assert overrides_env().decode().splitlines() == [
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:1338",
+        "GPU_CLUSTER_SERVICE_MANAGER=direct",
+        "GPU_CLUSTER_PACKAGES=preinstalled",
+    ]
+    assert set(OVERRIDES) == {
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+        "GPU_CLUSTER_SERVICE_MANAGER",
+        "GPU_CLUSTER_PACKAGES",
+    }
+
+
+HOST = "NodeName=vm CPUs=8 Boards=1 SocketsPerBoard=2 CoresPerSocket=2 ThreadsPerCore=2 RealMemory=32000\n"
+
+
+def test_rendered_user_data_ships_every_node_file_and_runs_the_entry_point(tmp_path):
+    ud = profile.render("local", 2, str(tmp_path), spec=profile.test_instance_spec(profile.slurmd_facts(HOST)))
+    assert profile.parity_problems(ud) == []
+    assert "/etc/gpu-cluster/cluster.env" in ud.files  # cloud-config write_files, always inline
+    assert len(ud.scripts) == 1 and b"exec /opt/gpu-cluster/bin/gpu-cluster-boot" in ud.scripts[0]
+    if ud.payload is not None:  # the local form of the S3 payload: a file:// URI under payload_dir
+        assert f"file://{tmp_path}/{ud.payload[0]}.tar.gz".encode() in ud.scripts[0]
+
+
+@pytest.mark.parametrize("name", ["", "a", "Local", "local-2", "toolongname", "9lives"])
+def test_cluster_names_cannot_collide_in_namespace_prefixes(name):
+    from localcluster.nodes import Cluster
+
+    with pytest.raises(ValueError):
+        Cluster(name)
+
+
+def test_test_profile_is_measured_from_slurmd_c_without_gpus():
+    facts = profile.slurmd_facts(
+        "NodeName=vm CPUs=8 Boards=1 SocketsPerBoard=2 CoresPerSocket=2 "
+        "ThreadsPerCore=2 RealMemory=32000\nUpTime=0-00:06:45\n"
+    )
+    spec = profile.test_instance_spec(facts)
+    assert (spec.vcpus, spec.sockets, spec.cores_per_socket, spec.threads_per_core) == (8, 2, 2, 2)
+    assert (spec.gpus, spec.efa_count, spec.memory_mib) == (0, 0, 32000)
+    assert spec.real_memory_mib < 32000
+
+
+def test_nspawn_boots_systemd_in_the_nodes_network_namespace_without_machined(tmp_path):
+    argv = machine.nspawn_argv(
+        tmp_path / "root",
+        "ip-10-77-6-11",
+        Path("/var/run/netns/gcl-x-1"),
+        [("/srv/fsx", "/fsx", False), ("/srv/payload", "/srv/payload", True)],
+    )
+    assert argv[0] == "systemd-nspawn"
+    for flag in (
+        "--boot",
+        "--register=no",
+        "--keep-unit",
+        "--machine=ip-10-77-6-11",
+        "--network-namespace-path=/var/run/netns/gcl-x-1",
+        "--bind=/srv/fsx:/fsx",
+        "--bind-ro=/srv/payload:/srv/payload",
+        "--rlimit=RLIMIT_MEMLOCK=infinity",
+    ):
+        assert flag in argv
+    assert argv[argv.index("-D") + 1] == str(tmp_path / "root")
+
+
+def test_cgroup_unit_command_is_valid_shell_after_systemd_unescaping():
+    line = next(x for x in machine.CGROUP_UNIT_TEXT.splitlines() if x.startswith("ExecStart="))
+    cmd = line.split("-c ", 1)[1].strip("'").replace("$$", "$").replace("%%", "%")
+    assert "mount -o remount,bind,rw" in cmd
+    r = subprocess.run(["sh", "-n", "-c", cmd], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def _fake_nspawn(tmp_path, codes: list[int]) -> list[str]:
+    """A stand-in for systemd-nspawn that exits with codes[n] on its n-th run."""
+    script = tmp_path / "fake-nspawn"
+    script.write_text(
+        '#!/bin/bash\nn=$(cat "$1" 2>/dev/null || echo 0); echo $((n + 1)) >"$1"\n'
+        f"codes=({' '.join(map(str, codes))}); exit ${{codes[$n]}}\n"
+    )
+    script.chmod(0o755)
+    return [str(script), str(tmp_path / "runs")]
+
+
+def _wait_exit(pid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"supervisor {pid} still running")
+
+
+def test_supervisor_boots_the_machine_again_after_a_reboot_and_stops_on_poweroff(tmp_path):
+    pid = machine.start(tmp_path, _fake_nspawn(tmp_path, [machine.REBOOT_EXIT, machine.REBOOT_EXIT, 0]), [])
+    _wait_exit(pid)
+    assert (tmp_path / "runs").read_text() == "3\n"  # reboot, reboot, poweroff
+    log = (tmp_path / "console.log").read_text()
+    assert "supervisor: boot 3" in log and "nspawn exited 0" in log and "boot 4" not in log
+
+
+def test_supervisor_does_not_boot_a_stopped_machine_again(tmp_path):
+    (tmp_path / "stop").write_text("1\n")  # machine.start clears a previous stop ...
+    argv = _fake_nspawn(tmp_path, [machine.REBOOT_EXIT, 0])
+    pid = machine.start(tmp_path, ["bash", "-c", f'touch {tmp_path}/stop; exec "$@"', "x", *argv], [])
+    _wait_exit(pid)  # ... and a stop requested while it runs wins over the reboot exit
+    assert (tmp_path / "runs").read_text() == "1\n"
+
+
+def test_local_cluster_lanes_are_checked():
+    from localcluster.cluster import LANES, LocalCluster
+
+    assert LANES == ("bookworm", "trixie", "namespace")
+    with pytest.raises(ValueError, match="lane 'jammy'"):
+        LocalCluster("lanechk", lane="jammy")
+
+
+@pytest.mark.parametrize(
+    "have,machines,after",
+    [("128\n", 32, "8192\n"), ("200\n", 5, "200\n"), ("20000\n", 2000, "20000\n"), ("128\n", 2000, "16128\n")],
+)
+def test_host_inotify_limit_is_raised_for_many_machines_and_never_lowered(tmp_path, monkeypatch, have, machines, after):
+    knob = tmp_path / "max_user_instances"
+    knob.write_text(have)
+    monkeypatch.setattr(machine, "INOTIFY_INSTANCES", knob)
+    said = machine.ensure_inotify(machines)
+    assert knob.read_text() == after
+    assert (said is None) == (have == after)

@@ -1,0 +1,347 @@
+"""Step 20 (packages) run for real against stub package tools.
+
+The step is sourced in bash (its functions, not main) with a PATH that holds only
+stubs for apt-get, apt-cache, dpkg-query, dpkg, modinfo, uname, gpg and the munge
+binaries, plus the few real core utilities it needs. The stubs record every apt
+command line and "install" packages into a state directory, so the tests assert the
+exact commands the step runs and what it concludes from the result.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BOOT = Path(__file__).resolve().parents[2] / "nodeside"
+STEP = BOOT / "steps" / "20-packages.sh"
+KERNEL = "6.8.0-1015-aws"
+APT = "apt-get -o DPkg::Lock::Timeout=600 -y"
+KEEP_OURS = "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold"
+CORE = (
+    "bash",
+    "cat",
+    "date",
+    "sed",
+    "grep",
+    "mktemp",
+    "rm",
+    "basename",
+    "dirname",
+    "tee",
+    "mkdir",
+    "tar",
+    "gzip",
+    "curl",
+    "printf",
+    "env",
+    "chmod",
+)
+
+STUBS = {
+    # Every call is logged as "<DEBIAN_FRONTEND>|<args>"; `install` marks packages
+    # installed (versions from STUB_VERSION_<pkg>, default 9.9-1) and, for the Lustre
+    # packages, provides what they really provide.
+    "apt-get": r"""
+printf '%s|%s\n' "${DEBIAN_FRONTEND:-}" "$*" >>"$STUB/apt.log"
+[[ " $* " == *" ${STUB_APT_FAILS:-none} "* ]] && exit 100
+inst=0
+for a; do
+  if [[ $a == install ]]; then inst=1; continue; fi
+  ((inst)) && [[ $a != -* ]] || continue
+  name=${a##*/}
+  case $name in
+    *.deb) name=${name%.deb}; [[ $name == enroot ]] && printf '#!/bin/sh\necho %s\n' "$STUB_ENROOT_REPORTS" >"$STUB/bin/enroot" && chmod +x "$STUB/bin/enroot" ;;
+  esac
+  var=STUB_VERSION_${name//[-+.]/_}
+  echo "${!var:-9.9-1}" >"$STUB/state/$name"
+  case $name in
+    lustre-client-modules-*) : >"$STUB/state/module-lustre" ;;
+    lustre-client-utils) [[ -n ${STUB_UTILS_BROKEN:-} ]] || { printf '#!/bin/sh\n' >"$STUB/bin/mount.lustre"; chmod +x "$STUB/bin/mount.lustre"; } ;;
+    munge) for b in munged mungekey munge unmunge; do printf '#!/bin/sh\n' >"$STUB/bin/$b"; chmod +x "$STUB/bin/$b"; done ;;
+  esac
+done
+""",
+    "apt-cache": r"""
+[[ $1 == policy ]] || exit 2
+if [[ -e $STUB/state/nocandidate-$2 ]]; then echo "  Candidate: (none)"; else echo "  Candidate: 9.9-1"; fi
+""",
+    "dpkg-query": r"""
+pkg=${*: -1}
+[[ -e $STUB/state/$pkg ]] || exit 1
+printf 'ii %s' "$(<"$STUB/state/$pkg")"
+""",
+    "dpkg": r"""[[ $1 == --print-architecture ]] && echo amd64""",
+    "modinfo": r"""[[ $1 == lustre && -e $STUB/state/module-lustre ]]""",
+    "uname": f"""[[ $1 == -r ]] && echo {KERNEL}""",
+    "gpg": r"""cat >/dev/null; echo dearmored""",
+    "openssl": "",
+}
+
+
+class Box:
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.stub = tmp / "stub"
+        self.bin = self.stub / "bin"
+        self.state = self.stub / "state"
+        for d in (self.bin, self.state, tmp / "sources", tmp / "keyrings"):
+            d.mkdir(parents=True)
+        for name, body in STUBS.items():
+            self.add_stub(name, body)
+        for name in CORE:
+            real = shutil.which(name)
+            assert real, f"{name} is needed on the test machine"
+            (self.bin / name).symlink_to(real)
+        (tmp / "apt.log").touch()
+        self.reason = tmp / "reason"
+        self.notes = tmp / "notes"
+
+    def add_stub(self, name: str, body: str) -> None:
+        p = self.bin / name
+        p.write_text(f"#!{shutil.which('bash')}\nset -u\n{body}\n")
+        p.chmod(0o755)
+
+    def remove(self, name: str) -> None:
+        (self.bin / name).unlink()
+
+    def installed(self, pkg: str, version: str = "9.9-1") -> None:
+        (self.state / pkg).write_text(version + "\n")
+
+    def run(self, func: str, **env: str) -> subprocess.CompletedProcess:
+        base = {
+            "PATH": str(self.bin),
+            "STUB": str(self.stub),
+            "HOME": str(self.tmp),
+            "GPU_CLUSTER_HOME": str(BOOT),
+            "GC_STEP": "20-packages",
+            "GC_REASON_FILE": str(self.reason),
+            "GC_NOTES_FILE": str(self.notes),
+            "APT_SOURCES_DIR": str(self.tmp / "sources"),
+            "APT_KEYRINGS_DIR": str(self.tmp / "keyrings"),
+            "FSX_CLIENT_KEY_URL": f"file://{self.tmp}/fsx.asc",
+            "FSX_CLIENT_REPO": "https://fsx.example/ubuntu",
+            "ENROOT_VERSION": "4.1.2",
+            "ENROOT_URL": f"file://{self.tmp}/mirror/enroot",
+            "STUB_ENROOT_REPORTS": "4.1.2",
+            "GPU_CLUSTER_PACKAGES": "install",
+        }
+        (self.tmp / "fsx.asc").write_text("key\n")
+        base.update(env)
+        script = f'set -euo pipefail; . "{STEP}"; {func}'
+        return subprocess.run(
+            [shutil.which("bash"), "-c", script], env=base, capture_output=True, text=True, timeout=60
+        )
+
+    def apt(self) -> list[str]:
+        path = self.stub / "apt.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Box:
+    return Box(tmp_path)
+
+
+def codename() -> str:
+    return re.search(r"^VERSION_CODENAME=\"?(\w+)", Path("/etc/os-release").read_text(), re.M).group(1)
+
+
+def install_line(*pkgs: str) -> str:
+    return f"noninteractive|-o DPkg::Lock::Timeout=600 -y {KEEP_OURS} install --no-install-recommends {' '.join(pkgs)}"
+
+
+UPDATE = "|-o DPkg::Lock::Timeout=600 -y update"
+
+
+# --- (b) Lustre: the module AND lustre-client-utils (mount.lustre) ----------------------
+
+
+def test_lustre_installs_the_module_and_the_mount_helper(box):
+    r = box.run("lustre")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [UPDATE, install_line(f"lustre-client-modules-{KERNEL}", "lustre-client-utils")]
+    assert (box.tmp / "sources" / "fsxlustreclientrepo.list").read_text() == (
+        f"deb [signed-by={box.tmp}/keyrings/fsx-ubuntu-public-key.gpg] https://fsx.example/ubuntu {codename()} main\n"
+    )
+    assert f"Lustre client for {KERNEL} ({box.bin}/mount.lustre)" in r.stdout
+
+
+def test_lustre_module_present_but_no_mount_helper_installs_only_the_utils(box):
+    box.installed(f"lustre-client-modules-{KERNEL}")
+    (box.state / "module-lustre").touch()
+    r = box.run("lustre")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [UPDATE, install_line("lustre-client-utils")]
+
+
+def test_lustre_fails_with_reason_when_mount_lustre_is_still_missing(box):
+    r = box.run("lustre", STUB_UTILS_BROKEN="1")
+    assert r.returncode == 1
+    assert box.reason.read_text() == "mount.lustre not found (package lustre-client-utils): the /fsx mount would fail\n"
+
+
+def test_lustre_already_complete_runs_no_apt(box):
+    box.installed(f"lustre-client-modules-{KERNEL}")
+    (box.state / "module-lustre").touch()
+    box.add_stub("mount.lustre", "")
+    r = box.run("lustre")
+    assert r.returncode == 0, r.stderr
+    assert box.apt() == []
+
+
+def test_lustre_without_a_candidate_names_the_package(box):
+    (box.state / "nocandidate-lustre-client-utils").touch()
+    r = box.run("lustre")
+    assert r.returncode == 1
+    assert box.reason.read_text().startswith(f"no lustre-client-utils for the running kernel {KERNEL} ")
+    assert box.apt() == [UPDATE]  # the repository's index, never an install
+
+
+def test_fsx_bind_reports_lustre_skipped_and_installs_nothing(box):
+    r = box.run("lustre", GPU_CLUSTER_FSX="bind")
+    assert r.returncode == 0, r.stderr
+    assert box.apt() == []
+    assert box.notes.read_text() == (
+        "20-packages: skipped: Lustre client (GPU_CLUSTER_FSX=bind: /fsx is a bind mount, not Lustre)\n"
+    )
+
+
+def test_fsx_setting_is_validated(box):
+    r = box.run("main", GPU_CLUSTER_FSX="nfs")
+    assert r.returncode == 1
+    assert box.reason.read_text() == "GPU_CLUSTER_FSX must be lustre or bind, not 'nfs'\n"
+
+
+# --- (c) the step checks its own tools and names what is missing ------------------------
+
+
+def test_missing_modinfo_is_named_with_its_package(box):
+    box.remove("modinfo")
+    r = box.run("lustre")
+    assert r.returncode == 1
+    assert box.reason.read_text() == "step 20 needs tools that are not on PATH: modinfo (package kmod)\n"
+    assert box.apt() == []
+
+
+def test_missing_package_tools_are_named_before_any_install(box):
+    box.remove("apt-get")
+    box.remove("dpkg-query")
+    r = box.run("main")
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        "step 20 needs tools that are not on PATH: apt-get (package apt) dpkg-query (package dpkg)\n"
+    )
+
+
+def test_missing_curl_is_named(box):
+    box.remove("curl")
+    r = box.run("main")
+    assert r.returncode == 1
+    assert box.reason.read_text() == "step 20 needs tools that are not on PATH: curl (package curl)\n"
+
+
+def test_missing_gpg_is_named_when_the_fsx_repository_is_needed(box):
+    box.remove("gpg")
+    r = box.run("lustre")
+    assert r.returncode == 1
+    assert box.reason.read_text() == "step 20 needs tools that are not on PATH: gpg (package gnupg)\n"
+
+
+# --- (a) apt never asks about our conffiles ---------------------------------------------
+
+
+def test_munge_install_keeps_our_conffiles_without_a_terminal(box):
+    r = box.run("munge_pkg")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [UPDATE, install_line("munge")]
+
+
+# --- Enroot from a mirror laid out like the upstream releases ---------------------------
+
+
+def make_mirror(box: Box, version: str) -> None:
+    d = box.tmp / "mirror" / "enroot" / f"v{version}"
+    d.mkdir(parents=True)
+    (d / f"enroot_{version}-1_amd64.deb").write_bytes(b"main deb")
+    (d / f"enroot+caps_{version}-1_amd64.deb").write_bytes(b"caps deb")
+
+
+def test_enroot_downloads_both_release_debs_from_enroot_url(box):
+    make_mirror(box, "4.1.2")
+    r = box.run("enroot")
+    assert r.returncode == 0, r.stdout + r.stderr
+    update, install = box.apt()
+    assert update == UPDATE
+    m = re.fullmatch(re.escape(install_line("")).rstrip() + r" (\S+)/enroot\.deb (\S+)/enroot-caps\.deb", install)
+    assert m and m.group(1) == m.group(2), install
+    assert "Enroot 4.1.2" in r.stdout
+
+
+def test_enroot_version_is_still_checked_exactly(box):
+    make_mirror(box, "4.1.2")
+    r = box.run("enroot", STUB_ENROOT_REPORTS="4.1.1")
+    assert r.returncode == 1
+    assert box.reason.read_text() == "enroot version is '4.1.1', need 4.1.2\n"
+
+
+def test_enroot_missing_from_the_mirror_names_the_url(box):
+    r = box.run("enroot")
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"cannot download file://{box.tmp}/mirror/enroot/v4.1.2/enroot_4.1.2-1_amd64.deb\n"
+    )
+    assert box.apt() == []
+
+
+def test_sourcing_the_step_runs_nothing(box):
+    r = box.run("true")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and box.apt() == []
+
+
+def test_stub_path_has_no_real_package_tools(box):
+    # The fake PATH really hides the host's tools (otherwise the tests above prove nothing).
+    r = box.run("command -v modinfo apt-get; command -v kmod || echo none")
+    assert r.stdout.splitlines() == [str(box.bin / "modinfo"), str(box.bin / "apt-get"), "none"]
+
+
+# --- Slurm from the OS archive, on an image that has never seen it ----------------------
+
+SLURM_PKGS = ("slurm-wlm", "slurmd", "slurmctld", "slurm-client", "libpmix-dev")
+PMIX_PLUGIN = sorted(Path("/usr/lib").glob("*/slurm-wlm/mpi_pmix*.so"))
+
+
+def slurm_versions(v: str) -> dict[str, str]:
+    return {f"STUB_VERSION_{p.replace('-', '_')}": v for p in SLURM_PKGS}
+
+
+@pytest.mark.skipif(not PMIX_PLUGIN, reason="the step checks for Slurm's PMIx plugin on this machine")
+def test_slurm_installs_the_series_on_a_fresh_image(box):
+    # dpkg-query fails for never-seen packages: the step must not die on that.
+    r = box.run("slurm", SLURM_SERIES="22.05", **slurm_versions("22.05.8-4+deb12u3"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [UPDATE, install_line(*SLURM_PKGS)]
+    assert "Slurm 22.05.8-4+deb12u3 with PMIx plugin" in r.stdout
+
+
+def test_slurm_series_is_checked_exactly(box):
+    r = box.run("slurm", SLURM_SERIES="22.05", **slurm_versions("23.11.4-1.2"))
+    assert r.returncode == 1
+    assert box.reason.read_text() == ("slurmd is '23.11.4-1.2', need Slurm 22.05 (SLURM_SERIES, from the OS archive)\n")
+
+
+def test_failed_apt_install_is_the_step_reason(box):
+    r = box.run("munge_pkg", STUB_APT_FAILS="install")
+    assert r.returncode == 1
+    assert box.reason.read_text() == ("apt-get install munge failed with status 100 (output above, in the boot log)\n")
+
+
+def test_failed_apt_update_is_the_step_reason(box):
+    r = box.run("munge_pkg", STUB_APT_FAILS="update")
+    assert r.returncode == 1
+    assert box.reason.read_text() == "apt-get update failed with status 100 (output above, in the boot log)\n"
+    assert box.apt() == [UPDATE]

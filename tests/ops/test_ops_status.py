@@ -1,0 +1,229 @@
+"""`python3 -m ops status`: groups, blocks, instances and the gate, from stubbed AWS and SSM."""
+
+from __future__ import annotations
+
+import json
+
+from ops.cli import main
+from ops.remote import STATUS_BEGIN, status_script
+from tests.support.ops_stubs import (
+    CR,
+    Aws,
+    FakeClock,
+    asg,
+    asg_instance,
+    context,
+    ec2_instance,
+    reservation,
+    stub_controller,
+    stub_ssm,
+)
+from tests.support.status_stack import CTRL, W1, stack_dir
+
+TAG_FILTER = {"Filters": [{"Name": "tag:GpuClusterName", "Values": ["dev"]}]}
+
+
+def stub_cluster(aws: Aws, remote: dict | None) -> None:
+    a, ec2 = aws.stub("autoscaling"), aws.stub("ec2")
+    a.add_response(
+        "describe_auto_scaling_groups",
+        {
+            "AutoScalingGroups": [
+                asg("block-a", [asg_instance(W1, health="Unhealthy", version="2")]),
+                asg("controller", [asg_instance(CTRL)]),
+            ]
+        },
+        TAG_FILTER,
+    )
+    ec2.add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [reservation()]}, {"CapacityReservationIds": [CR]}
+    )
+    ec2.add_response(
+        "describe_instances",
+        {
+            "Reservations": [
+                {"Instances": [ec2_instance(W1, "10.0.1.6", "block-a"), ec2_instance(CTRL, "10.0.1.5", "controller")]}
+            ]
+        },
+        {"InstanceIds": [W1, CTRL]},
+    )
+    stub_controller(aws, CTRL)
+    if remote is not None:
+        stub_ssm(
+            aws,
+            CTRL,
+            status_script("dev"),
+            "gpu-cluster status",
+            120,
+            f"{STATUS_BEGIN}\n{json.dumps(remote)}\n",
+            pending=2,
+        )
+
+
+REMOTE = {
+    "markers": {
+        "ip-10-0-1-5": {"state": "ok", "step": "90-done"},
+        "ip-10-0-1-6": {"state": "failed", "step": "40-fsx"},
+    },
+    "validation": {"verdict": "NO-GO", "run_id": "20261201-1130", "blamed_nodes": ["ip-10-0-1-6"], "reasons": []},
+    "slurm": {"ip-10-0-1-5": "idle", "ip-10-0-1-6": "down*"},
+}
+
+
+def run(aws, tmp_path, *extra):
+    clock = FakeClock()
+    ctx = context(aws, clock=clock)
+    rc = main(
+        ["status", "--stack", "dev", "--stack-dir", str(stack_dir(tmp_path)), *extra], ctx=ctx, session_for=aws.session
+    )
+    aws.done()
+    return rc, ctx.out.getvalue(), ctx.err.getvalue(), clock
+
+
+def test_status_text(tmp_path):
+    aws = Aws()
+    stub_cluster(aws, REMOTE)
+    rc, out, err, clock = run(aws, tmp_path)
+    assert rc == 0
+    assert out.splitlines() == [
+        "cluster dev (us-east-2)",
+        "group block-a (gpu-cluster-dev-block-a): desired 1, template v3, block cr-0123456789abcdef0 active "
+        "2026-11-30T12:00:00Z .. 2026-12-07T12:00:00Z",
+        "  i-0b000000000000002  10.0.1.6  ip-10-0-1-6  InService/Unhealthy  v2  boot failed at 40-fsx  slurm down*",
+        "group controller (gpu-cluster-dev-controller): desired 1, template v3, block cr-0123456789abcdef0 active "
+        "2026-11-30T12:00:00Z .. 2026-12-07T12:00:00Z",
+        "  i-0c000000000000001  10.0.1.5  ip-10-0-1-5  InService/Healthy  v3  boot ok  slurm idle",
+        "validation gate: NO-GO (run 20261201-1130); blamed: ip-10-0-1-6",
+    ]
+    assert clock.sleeps == [2.0, 2.0]  # bounded polling of the SSM invocation
+    assert "gpu-cluster status' on i-0c000000000000001: Pending (0s)" in err
+
+
+def test_status_json_and_ssm_failure_is_reported_not_fatal(tmp_path):
+    aws = Aws()
+    stub_cluster(aws, None)
+    stub_ssm(aws, CTRL, status_script("dev"), "gpu-cluster status", 120, "", status="Failed", code=127)
+    rc, out, _, _ = run(aws, tmp_path, "--json")
+    doc = json.loads(out)
+    assert rc == 0
+    assert doc["validation"] is None
+    assert doc["ssm_error"] == "status script on the controller: Failed (exit 127): "
+    w = doc["groups"][0]["instances"][0]
+    assert w == {
+        "instance_id": W1,
+        "private_ip": "10.0.1.6",
+        "node": "ip-10-0-1-6",
+        "lifecycle": "InService",
+        "health": "Unhealthy",
+        "ec2_state": "running",
+        "launch_template_version": "2",
+        "boot": None,
+        "boot_step": None,
+        "slurm": None,
+    }
+    assert doc["groups"][1]["block"] == {
+        "id": CR,
+        "state": "active",
+        "start": "2026-11-30T12:00:00Z",
+        "end": "2026-12-07T12:00:00Z",
+    }
+
+
+def test_status_of_a_copied_stack_reads_only_its_own_groups(tmp_path):
+    """Pulumi.staging.yaml copied from dev keeps `name: dev`: both clusters carry the tag
+    GpuClusterName=dev, only the group names (from the stack) tell them apart."""
+    stack_dir(tmp_path)
+    (tmp_path / "Pulumi.dev.yaml").rename(tmp_path / "Pulumi.staging.yaml")
+    other = "i-0d000000000000009"
+    aws = Aws()
+    aws.stub("autoscaling").add_response(
+        "describe_auto_scaling_groups",
+        {
+            "AutoScalingGroups": [
+                asg("controller", [asg_instance(other)], block=None),
+                asg("controller", [asg_instance(CTRL)], block=None, base="staging"),
+            ]
+        },
+        TAG_FILTER,
+    )
+    aws.stub("ec2").add_response(
+        "describe_instances",
+        {"Reservations": [{"Instances": [ec2_instance(CTRL, "10.0.1.5", "controller")]}]},
+        {"InstanceIds": [CTRL]},
+    )
+    stub_controller(aws, CTRL, base="staging")
+    stub_ssm(aws, CTRL, status_script("dev"), "gpu-cluster status", 120, f"{STATUS_BEGIN}\n{json.dumps(REMOTE)}\n")
+    ctx = context(aws, clock=FakeClock())
+    rc = main(["status", "--stack", "staging", "--stack-dir", str(tmp_path)], ctx=ctx, session_for=aws.session)
+    aws.done()
+    out = ctx.out.getvalue().splitlines()
+    assert rc == 0, ctx.err.getvalue()
+    assert out[1] == "group controller (gpu-cluster-staging-controller): desired 1, template v3, on-demand"
+    assert out[2] == "  i-0c000000000000001  10.0.1.5  ip-10-0-1-5  InService/Healthy  v3  boot ok  slurm idle"
+    assert other not in ctx.out.getvalue()
+
+
+def test_status_without_groups_says_so(tmp_path):
+    aws = Aws()
+    aws.stub("autoscaling").add_response("describe_auto_scaling_groups", {"AutoScalingGroups": []}, TAG_FILTER)
+    rc, _, err, _ = run(aws, tmp_path)
+    assert rc == 1
+    assert err.strip().splitlines()[-1] == (
+        "gpu-cluster-ops status: no Auto Scaling group tagged GpuClusterName=dev "
+        "in us-east-2; is the stack deployed (pulumi up) in this region?"
+    )
+
+
+def test_status_script_is_valid_python_and_shell():
+    import ast
+
+    lines = status_script("dev")
+    assert lines[0] == "python3 - /fsx/.gpu-cluster/dev <<'GPU_CLUSTER_PY'" and lines[-1] == "GPU_CLUSTER_PY"
+    ast.parse("\n".join(lines[1:-1]))
+    assert "GPU_CLUSTER_PY" not in lines[1:-1]  # the here-document's end marker only ends it
+
+
+def test_status_script_runs_under_sh_and_prints_one_json_document(tmp_path):
+    """The exact lines SSM would run, run here by /bin/sh: no /fsx, no validation tool, still one JSON doc."""
+    import subprocess
+
+    r = subprocess.run(
+        ["/bin/sh", "-c", "\n".join(status_script("dev"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(tmp_path) + ":/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout.split(STATUS_BEGIN, 1)[1])
+    assert doc["markers"] == {}
+    assert doc["validation"]["verdict"] == "UNKNOWN"
+
+
+def test_expired_block_shows_in_status_without_ssm(tmp_path):
+    from datetime import timedelta
+
+    from tests.support.ops_stubs import NOW
+
+    aws = Aws()
+    a, ec2 = aws.stub("autoscaling"), aws.stub("ec2")
+    a.add_response(
+        "describe_auto_scaling_groups", {"AutoScalingGroups": [asg("controller", [], desired=0)]}, TAG_FILTER
+    )
+    ec2.add_response(
+        "describe_capacity_reservations",
+        {
+            "CapacityReservations": [
+                reservation(state="expired", start=NOW - timedelta(days=8), end=NOW - timedelta(days=1))
+            ]
+        },
+        {"CapacityReservationIds": [CR]},
+    )
+    rc, out, _, _ = run(aws, tmp_path, "--no-ssm")
+    assert rc == 0
+    assert out.splitlines() == [
+        "cluster dev (us-east-2)",
+        "group controller (gpu-cluster-dev-controller): desired 0, template v3, block cr-0123456789abcdef0 expired "
+        "2026-11-23T12:00:00Z .. 2026-11-30T12:00:00Z",
+        "  (no instances)",
+    ]

@@ -1,0 +1,38 @@
+"""block-end.sh driven from Python: ISO and epoch conversions and a shell that sources it."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+LIB = Path(__file__).resolve().parents[2] / "nodeside/lib"
+
+
+BLOCK_END = LIB / "block-end.sh"
+
+
+COMMON = LIB / "common.sh"
+
+
+def _epoch(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+
+
+def _iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sh(
+    script: str, env: dict[str, str] | None = None, tz: str = "UTC", check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """Run SCRIPT as the agent loop runs it: strict mode, common.sh and block-end.sh sourced."""
+    full = f'set -euo pipefail; . "{COMMON}"; . "{BLOCK_END}"; {script}'
+    return subprocess.run(
+        ["bash", "-c", full],
+        env={**(env or {}), "TZ": tz, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+    )
