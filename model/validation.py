@@ -21,6 +21,17 @@ class ValidationConfig(Strict):
     wait_for_nodes_minutes: int = Field(
         30, ge=1, le=240, description="How long the controller waits for nodes to be idle."
     )
+    join_timeout_minutes: int = Field(
+        30,
+        ge=5,
+        le=240,
+        description=(
+            "Bound of the join gate, the shorter run on nodes that register into a running cluster (a new"
+            " block, a replacement): single-node checks and a pair test against one healthy node in service,"
+            " from submission (waiting for that partner included) to verdict; a newcomer not passed by then"
+            " stays drained."
+        ),
+    )
 
     @field_validator("container_image")
     @classmethod

@@ -3,7 +3,9 @@
 Stdlib only; ships as /opt/gpu-cluster/lib/validation_report.py next to verdict.py.
 gate.sh stays thin and calls, per run directory <fsx_root>/validation/<run-id>/:
 
-  start --nodes a,b --job-id J      run.json (cluster, instance type, node list)
+  start --nodes a,b --job-id J [--newcomers a --partner b]
+                                    run.json (node list; a join run names its newcomers
+                                    and the healthy partner already in service)
   plan  --nodes a,b --features F    node pairs "A B KIND" (F: `sinfo -h -N -o '%N %f'`)
   check --step S --nodes a,b [--kind K] --log L   verdict of one step, exit 0 GO / 1 NO-GO
   skip  --step S --nodes a,b [--kind K] --reason R
@@ -45,6 +47,9 @@ PAIR_STEPS = ("all_reduce", "alltoall", "torch_all_reduce", "torch_all_to_all", 
 # container_image skips it on purpose.
 REQUIRED_ON_GPUS = ("single", "all_reduce", "alltoall", "pingpong")
 REASON_PREFIX = "gpu-cluster validation: "
+# A join run (nodes that registered into a running cluster, lib/join-gate.sh) names
+# itself in the drain reason, so `sinfo -R` tells it from the first-boot gate.
+JOIN_REASON_PREFIX = "gpu-cluster join gate: "
 
 
 def load_json(path, default=None):
@@ -146,6 +151,43 @@ def pairs(nodes, features):
     return out
 
 
+def join_pairs(nodes, newcomers, partner):
+    """Pairs of a join run: each newcomer against the one healthy partner already in
+    service (a failing pair then names the newcomer), or, with no partner (every node is
+    new, e.g. the next block joining a dedicated controller), the ring of `pairs`."""
+    if partner and partner in nodes:
+        return [(n, partner, "join") for n in nodes if n in newcomers]
+    return pairs([n for n in nodes if n in newcomers], {})
+
+
+def join_outcome(records, newcomers, gpus):
+    """{newcomer: reason} for every newcomer that did not pass; the reason names the
+    check and its log. A NO-GO record that covers a newcomer fails it (the partner is
+    known good); on a GPU type a newcomer also needs its own single-node GO, and a
+    pair GO when a pair was possible."""
+    failed = {}
+    for r in records:
+        if r["verdict"] != "NO-GO":
+            continue
+        for n in r["nodes"]:
+            if n in newcomers and n not in failed:
+                where = "+".join(r["nodes"])
+                # the log goes last and whole: Slurm's reason field is short
+                failed[n] = f"{r['step']} NO-GO on {where}: {_first(r)[:60]}; log {r.get('log') or 'report.json'}"
+    if gpus:
+        for n in newcomers:
+            mine = {r["step"] for r in records if n in r["nodes"] and r["verdict"] == "GO"}
+            if n not in failed and "single" not in mine:
+                failed[n] = "single never ran on this node (see report.json)"
+            elif n not in failed and len(records) and not mine & set(PAIR_STEPS) and _pair_possible(records):
+                failed[n] = "no pair test passed with this node (see report.json)"
+    return failed
+
+
+def _pair_possible(records):
+    return any(r["step"] in PAIR_STEPS and r["verdict"] != "SKIPPED" for r in records)
+
+
 def parse_features(text):
     feats = {}
     for line in text.splitlines():
@@ -186,11 +228,11 @@ def _first(r):
     return r["reasons"][0] if r.get("reasons") else "no reason recorded"
 
 
-def drain(nodes_reasons, runner=subprocess.run):
+def drain(nodes_reasons, runner=subprocess.run, prefix=REASON_PREFIX):
     """Drain each node with the reason in Slurm's reason field."""
     done = {}
     for node, why in sorted(nodes_reasons.items()):
-        reason = (REASON_PREFIX + why)[:200]
+        reason = (prefix + why)[:250]
         res = runner(
             ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
             capture_output=True,
@@ -279,8 +321,15 @@ def _record_baseline(config, report, records, root):
 def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None):
     meta = load_json(os.path.join(run_dir, "run.json"), {})
     records = _read_records(run_dir)
-    bad = blame(records)
-    verdict_, reasons = _verdict(config, records)
+    join = "newcomers" in meta
+    if join:
+        # a join run judges only its newcomers; the partner was already in service
+        bad = join_outcome(records, meta["newcomers"], int(config.get("gpus", 0)))
+        verdict_ = "NO-GO" if bad or not records else "GO"
+        reasons = None if records else ["no step recorded: the job died before its first step"]
+    else:
+        bad = blame(records)
+        verdict_, reasons = _verdict(config, records)
     report = {
         "run_id": meta.get("run_id", os.path.basename(run_dir.rstrip("/"))),
         "job_id": meta.get("job_id"),
@@ -299,13 +348,19 @@ def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None
     }
     if reasons is not None:
         report["reasons"] = reasons
-    _record_baseline(config, report, records, root)
-    report["drained"] = drain(bad, runner) if do_drain and bad else {}
+    if join:
+        # the baseline comes from full runs only; `status` keeps showing the cluster's gate
+        report["join"] = {"newcomers": meta["newcomers"], "partner": meta.get("partner") or None}
+        report["baseline"] = {}
+    else:
+        _record_baseline(config, report, records, root)
+    prefix = JOIN_REASON_PREFIX if join else REASON_PREFIX
+    report["drained"] = drain(bad, runner, prefix) if do_drain and bad else {}
     write_json(os.path.join(run_dir, "report.json"), report)
     text = summary(report)
     with open(os.path.join(run_dir, "summary.txt"), "w", encoding="utf-8") as f:
         f.write(text)
-    with open(os.path.join(root, "latest"), "w", encoding="utf-8") as f:
+    with open(os.path.join(root, "latest-join" if join else "latest"), "w", encoding="utf-8") as f:
         f.write(report["run_id"] + "\n")
     return report
 
@@ -346,6 +401,9 @@ def summary(report):
         state = "" if d is None else (" -> drained" if d["rc"] == 0 else f" -> drain FAILED: {d['stderr']}")
         out.append(f"  bad node {node}: {why}{state}")
     b = report["baseline"]
+    if report.get("join"):
+        j = report["join"]
+        out.append(f"  join gate: newcomers {','.join(j['newcomers'])}, partner {j['partner'] or 'none (all new)'}")
     if b.get("recorded"):
         out.append(f"  baseline recorded from this run: {b['path']}")
     elif b.get("run_id"):
@@ -372,6 +430,8 @@ def _parser():
     s = sub.add_parser("start")
     s.add_argument("--nodes", required=True)
     s.add_argument("--job-id", default="")
+    s.add_argument("--newcomers", help="join run: the nodes it gates (lib/join-gate.sh)")
+    s.add_argument("--partner", default="", help="join run: the healthy node already in service")
     s = sub.add_parser("plan")
     s.add_argument("--nodes", required=True)
     s.add_argument("--features", required=True, help="file with `sinfo -h -N -o '%%N %%f'` output")
@@ -383,6 +443,10 @@ def _parser():
         s.add_argument("--log" if name == "check" else "--reason", required=True)
     s = sub.add_parser("build")
     s.add_argument("--drain", action="store_true")
+    s = sub.add_parser("joined", help="the join gate's outcome per newcomer, for lib/join-gate.sh")
+    s.add_argument("--report", required=True)
+    s.add_argument("--newcomers", required=True)
+    s.add_argument("--fallback", required=True, help="the reason when the report is missing")
     sub.add_parser("status").add_argument("--json", action="store_true")
     sub.add_parser("settings").add_argument("keys", nargs="+", metavar="KEY")
     return p
@@ -406,17 +470,19 @@ def settings(config, keys):
 
 def _cmd_start(a, config, root, nodes):
     os.makedirs(a.run, exist_ok=True)
-    write_json(
-        os.path.join(a.run, "run.json"),
-        {"run_id": os.path.basename(a.run.rstrip("/")), "job_id": a.job_id, "nodes": nodes, "started": _now()},
-    )
+    meta = {"run_id": os.path.basename(a.run.rstrip("/")), "job_id": a.job_id, "nodes": nodes, "started": _now()}
+    if a.newcomers:
+        meta.update(newcomers=[n for n in a.newcomers.split(",") if n], partner=a.partner)
+    write_json(os.path.join(a.run, "run.json"), meta)
     return 0
 
 
 def _cmd_plan(a, config, root, nodes):
     with open(a.features, encoding="utf-8") as f:
         feats = parse_features(f.read())
-    for x, y, kind in pairs(nodes, feats):
+    meta = load_json(os.path.join(a.run, "run.json"), {}) if a.run else {}
+    plan = join_pairs(nodes, meta["newcomers"], meta.get("partner")) if "newcomers" in meta else pairs(nodes, feats)
+    for x, y, kind in plan:
         print(x, y, kind)
     return 0
 
@@ -477,7 +543,22 @@ def _cmd_settings(a, config, root, nodes):
     return 0
 
 
+def _cmd_joined(a, config, root, nodes):
+    """One line "NODE GO" or "NODE <reason>" per newcomer: a newcomer the report does
+    not judge (no report: the job died or was cancelled) gets the fallback reason."""
+    report = load_json(a.report) or {}
+    judged = report.get("join", {}).get("newcomers", [])
+    failed = report.get("blamed_nodes", {})
+    for n in [x for x in a.newcomers.split(",") if x]:
+        if n not in judged:
+            print(n, a.fallback)
+        else:
+            print(n, failed.get(n, "GO"))
+    return 0
+
+
 COMMANDS = {
+    "joined": _cmd_joined,
     "start": _cmd_start,
     "plan": _cmd_plan,
     "skip": _cmd_skip,

@@ -175,6 +175,7 @@ def _install_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
         ("VALIDATION_ENABLED", int(cfg.validation.enabled)),
         ("VALIDATION_JOB", layout.VALIDATION_JOB),
         ("VALIDATION_WAIT_MINUTES", cfg.validation.wait_for_nodes_minutes),
+        ("VALIDATION_JOIN_TIMEOUT_MINUTES", cfg.validation.join_timeout_minutes),
     ]
 
 

@@ -41,8 +41,11 @@ readonly CONTAINER="gpu-cluster-validation-${SLURM_JOB_ID:-manual}"
   gate.timeouts.nccl gate.timeouts.torch gate.timeouts.container gate.timeouts.pingpong gate.timeouts.reserve)
 readonly RESULTS GPUS TASKS CPT IMAGE TIME_LIMIT_MINUTES SWEEP SINGLE_SWEEP TORCH_MAX_BYTES T_NCCL T_TORCH T_CONTAINER
 readonly T_PING T_RESERVE
+# A join run (lib/join-gate.sh: nodes that registered into a running cluster) names its
+# newcomers and healthy partner, and has its own, shorter time limit.
+readonly NEWCOMERS=${VALIDATION_NEWCOMERS:-} PARTNER=${VALIDATION_PARTNER:-}
 # leave time to write the report before Slurm's own limit kills the job
-readonly BUDGET=$((TIME_LIMIT_MINUTES * 60 - T_RESERVE))
+readonly BUDGET=$((${VALIDATION_TIME_LIMIT_MINUTES:-$TIME_LIMIT_MINUTES} * 60 - T_RESERVE))
 RUN_ID="$(date -u +%Y%m%dT%H%M%SZ)-${SLURM_JOB_ID:-manual}"
 readonly RUN_ID
 readonly RUN="$RESULTS/$RUN_ID"
@@ -232,7 +235,7 @@ main() {
   local nodes
   mkdir -p "$LOGS"
   nodes=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" | paste -sd, -)
-  report start --nodes "$nodes" --job-id "${SLURM_JOB_ID:-}"
+  report start --nodes "$nodes" --job-id "${SLURM_JOB_ID:-}" ${NEWCOMERS:+--newcomers "$NEWCOMERS" --partner "$PARTNER"}
   trap finish EXIT
   log "run $RUN_ID on $nodes"
   container_step "$nodes"

@@ -592,3 +592,25 @@ def test_gate_stops_before_any_step_when_config_lacks_a_setting(tmp_path):
     proc = subprocess.run(["bash", str(base / "validation" / "gate.sh")], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "has no gate.torch_max_bytes" in proc.stderr
     assert not (tmp_path / "fsx").exists()
+
+
+# --- the join gate: newcomers against one healthy partner ----------------------------
+
+
+def test_join_pairs_each_newcomer_with_the_partner_else_a_ring_of_newcomers():
+    assert vr.join_pairs(["n5", "n6", "n1"], ["n5", "n6"], "n1") == [("n5", "n1", "join"), ("n6", "n1", "join")]
+    # the partner failed its own single-node check (not in nodes): newcomers pair among themselves
+    assert vr.join_pairs(["n5", "n6"], ["n5", "n6"], "n1") == [("n5", "n6", "within:default")]
+
+
+def test_join_outcome_fails_only_newcomers_and_names_check_and_log():
+    records = [
+        dict(rec("single", ["n5"], "GO"), log="/l/single-n5.log"),
+        dict(rec("single", ["n6"], "GO"), log="/l/single-n6.log"),
+        dict(rec("single", ["n1"], "GO"), log="/l/single-n1.log"),
+        dict(rec("all_reduce", ["n5", "n1"], "GO", kind="join"), log="/l/a.log"),
+        dict(rec("all_reduce", ["n6", "n1"], "NO-GO", kind="join", reasons=["algbw 20 < 90"]), log="/l/b.log"),
+    ]
+    assert vr.join_outcome(records, ["n5", "n6"], 8) == {"n6": "all_reduce NO-GO on n6+n1: algbw 20 < 90; log /l/b.log"}
+    # a GPU newcomer whose single-node check never ran does not pass
+    assert vr.join_outcome(records[1:], ["n5"], 8) == {"n5": "single never ran on this node (see report.json)"}

@@ -12,7 +12,9 @@
 # node registers under a new name, and the one it replaced would stay DOWN for ever.
 # And it keeps a maintenance reservation and drain at each Capacity Block's end
 # (lib/block-end.sh): no job may run across it. And it lists nodes whose boot failed
-# for good in Slurm, drained or down with the reason (lib/boot-failures.sh).
+# for good in Slurm, drained or down with the reason (lib/boot-failures.sh). And it
+# gates nodes that register into the running cluster before they take jobs
+# (lib/join-gate.sh).
 # On every node: when the cluster's key fingerprint changes away from the key this
 # node holds (the controller rotated it, see step 40), it rejoins (follow_key).
 # Prerequisites: /etc/gpu-cluster/cluster.env, /var/lib/gpu-cluster/identity.env.
@@ -35,6 +37,8 @@ export GC_STEP=munge-responder
 . "$GPU_CLUSTER_HOME/lib/block-end.sh"
 # shellcheck source=lib/boot-failures.sh
 . "$GPU_CLUSTER_HOME/lib/boot-failures.sh"
+# shellcheck source=lib/join-gate.sh
+. "$GPU_CLUSTER_HOME/lib/join-gate.sh"
 
 # boot_detached ARGS: run gpu-cluster-boot ARGS in the background, outside this
 # service: under systemd as a transient unit (a child would live in this unit's cgroup
@@ -88,7 +92,7 @@ main() {
       n=$(mj_answer "$MUNGE_KEY" "$m/requests" "$m/responses" "$min_age")
       if ((n > 0)); then log "answered $n join request(s)"; fi
       mj_gc "$m/requests" "$m/responses"
-      if is_controller; then reap; block_end_tick; else follow_controller; fi
+      if is_controller; then reap; block_end_tick; join_gate_tick; else follow_controller; fi
     elif fsx_root_ready && [[ -s $m/key.sha256 ]]; then
       follow_key
     fi

@@ -16,6 +16,8 @@ set -euo pipefail
 . "$GPU_CLUSTER_HOME/lib/boot-failures.sh"
 # shellcheck source=lib/block-end.sh
 . "$GPU_CLUSTER_HOME/lib/block-end.sh"
+# shellcheck source=lib/join-gate.sh
+. "$GPU_CLUSTER_HOME/lib/join-gate.sh"
 
 shopt -s lastpipe # install_if_changed runs at the end of pipes and sets CHANGED
 CHANGED=0
@@ -69,7 +71,7 @@ publish_controller() {
 }
 
 main() {
-  local max line
+  local max line state
   load_identity
   block_end_publish # FSX_ROOT/blocks/<block>.end: the controller reserves the block's end
   if is_controller; then publish_controller; else
@@ -82,8 +84,11 @@ main() {
   max=$(max_node_count "$GPU_CLUSTER_NODES")
   sed -e "s|@CONTROLLER_HOST@|$CONTROLLER_HOST|g" -e "s|@CONTROLLER_ADDR@|$CONTROLLER_ADDR|g" \
     -e "s|@MAX_NODES@|$max|g" "$SLURM_CONF_TEMPLATE" | install_if_changed /etc/slurm/slurm.conf 0644
-  # The dynamic node line (NodeAddr=<this IPv4> ...) the slurmd unit passes to -Z --conf.
-  sed -e "s|@NODE_ADDR@|$NODE_ADDR|g" -e "s|@NODE_BLOCK@|$NODE_BLOCK|g" "$SLURMD_DEFAULT_TEMPLATE" |
+  # The dynamic node line (NodeAddr=<this IPv4> ...) the slurmd unit passes to -Z --conf;
+  # a node joining a running cluster registers drained until the join gate passes it.
+  state=$(join_state_arg)
+  sed -e "s|@NODE_ADDR@|$NODE_ADDR|g" -e "s|@NODE_BLOCK@|$NODE_BLOCK|g" \
+    -e "s|^\(SLURMD_NODE_CONF=\".*\)\"\$|\1$state\"|" "$SLURMD_DEFAULT_TEMPLATE" |
     install_if_changed /etc/default/slurmd 0644
   if grep -q '@[A-Z_]*@' /etc/slurm/slurm.conf /etc/default/slurmd; then
     die "unfilled placeholder left in /etc/slurm/slurm.conf or /etc/default/slurmd"
@@ -110,7 +115,9 @@ main() {
   if ((CHANGED)) || ! svc active slurmd; then STARTED_AT=$(date +%s); fi
   if ((CHANGED)); then svc restart slurmd; else svc start slurmd; fi
   wait_for 300 "slurmctld to register $NODE_NAME at NodeAddr=$NODE_ADDR (scontrol show node)" registered
-  if scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
+  if [[ -n $state ]] && scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
+    log "$NODE_NAME joined a running cluster: drained until the controller's join gate passes it (lib/join-gate.sh)"
+  elif scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
     warn "$NODE_NAME is drained: $(scontrol show node "$NODE_NAME" | grep -o 'Reason=.*')"
   fi
   if ! srun --mpi=list 2>&1 | grep -q pmix; then

@@ -9,6 +9,8 @@
 set -euo pipefail
 # shellcheck source=lib/common.sh
 . "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
+# shellcheck source=lib/join-gate.sh
+. "$GPU_CLUSTER_HOME/lib/join-gate.sh"
 
 idle_nodes() { sinfo -h -p "$SLURM_PARTITION" -t idle -o '%D' 2>/dev/null | awk '{ n += $1 } END { print n + 0 }'; }
 enough_idle() { (($(idle_nodes) >= GPU_CLUSTER_NODES)); }
@@ -17,15 +19,20 @@ main() {
   local job record="$FSX_ROOT/validation/first-boot.jobid"
   load_identity
   if ! is_controller; then log "the controller submits the validation job"; return 0; fi
-  if [[ $VALIDATION_ENABLED != 1 ]]; then skip "first-boot validation (disabled in the stack config)"; return 0; fi
-  if [[ ! -f $VALIDATION_JOB ]]; then skip "first-boot validation ($VALIDATION_JOB is not shipped)"; return 0; fi
+  # Nodes that register after this point join a running cluster (lib/join-gate.sh).
+  if [[ $VALIDATION_ENABLED != 1 ]]; then join_gate_open; skip "first-boot validation (disabled in the stack config)"; return 0; fi
+  if [[ ! -f $VALIDATION_JOB ]]; then join_gate_open; skip "first-boot validation ($VALIDATION_JOB is not shipped)"; return 0; fi
   if [[ -s $record ]]; then
+    join_gate_open
     cp "$record" "$GPU_CLUSTER_STATE/validation-job"
     log "validation job $(<"$record") already submitted for this cluster"
     return 0
   fi
   wait_for $((VALIDATION_WAIT_MINUTES * 60)) "$GPU_CLUSTER_NODES idle node(s) in partition $SLURM_PARTITION (sinfo)" enough_idle
   install -d -m 0700 "$FSX_ROOT/validation"
+  # Opened before the count: a node that registers later is drained and gated on its
+  # own instead of missing both gates.
+  join_gate_open
   # Same submission as `gpu-cluster-validation run`: the job spans every idle node.
   job=$(cd "$FSX_ROOT/validation" && sbatch --parsable -N "$(idle_nodes)" "$VALIDATION_JOB") ||
     die "sbatch $VALIDATION_JOB failed"
