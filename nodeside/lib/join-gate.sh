@@ -105,10 +105,12 @@ join_gate_start() {
 # join_gate_finish: the job left the queue (or was cancelled at the bound): drain every
 # newcomer that did not pass, then release the reservation.
 join_gate_finish() {
-  local fallback=$1 report node outcome
+  local fallback=$1 report="" node outcome reports
   # shellcheck source=/dev/null
   . "$(join_dir)/run.env"
-  report=$(ls -d "$FSX_ROOT/validation/"*"-$JOIN_JOB/report.json" 2>/dev/null | tail -n 1) || true
+  # The run directory is <run id>-<job id>; the glob sorts as ls would, the last one wins.
+  reports=("$FSX_ROOT/validation/"*"-$JOIN_JOB/report.json")
+  [[ -e ${reports[-1]} ]] && report=${reports[-1]}
   while read -r node outcome; do
     if [[ $outcome == GO ]]; then
       join_history "join gate: $node passed (job $JOIN_JOB); it takes jobs"
