@@ -184,7 +184,9 @@ def _block_state_findings(b: CapacityBlock, f: BlockFacts, rid: str, facts: Pref
     return out
 
 
-def _block_declared_findings(cfg: ClusterConfig, i: int, b: CapacityBlock, f: BlockFacts) -> list[Finding]:
+def _block_declared_findings(
+    cfg: ClusterConfig, i: int, b: CapacityBlock, f: BlockFacts, stack: str | None = None
+) -> list[Finding]:
     """What the stack file declares about the block matches EC2's record of it."""
     out: list[Finding] = []
     if f.instance_type and f.instance_type != cfg.instance_type:
@@ -212,20 +214,53 @@ def _block_declared_findings(cfg: ClusterConfig, i: int, b: CapacityBlock, f: Bl
                 f"{b.instance_count}; set instance_count: {f.total_instance_count}",
             )
         )
-    for key, actual in (("start", f.start), ("end", f.end)):
-        declared = _as_datetime(getattr(b, key, None))
-        if declared is not None and actual is not None and declared != actual:
-            out.append(
-                Finding(
-                    path("capacity", "capacity_blocks", i, key),
-                    f"block {b.reservation_id} {key}s at {iso(actual)}, not {iso(declared)}; "
-                    f"set {key}: '{iso(actual)}'",
-                )
-            )
+    out += block_date_findings(i, b, f, stack)
     return out
 
 
-def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
+def date_edit_command(i: int, key: str, value: datetime, stack: str | None = None) -> str:
+    """The one-line stack edit that declares a block's date as EC2 records it."""
+    where = f" --stack {stack}" if stack else ""
+    return f"pulumi config set{where} --path '{path('capacity', 'capacity_blocks', i, key)}' '{iso(value)}'"
+
+
+def block_date_findings(i: int, b: CapacityBlock, f: BlockFacts, stack: str | None = None) -> list[Finding]:
+    """The declared start and end against EC2's record of the same reservation.
+
+    A later EndDate on the same reservation id is an extension [CB-EXTEND]: the program
+    keeps scaling in and draining at the declared end until the stack file says the new
+    one; after `pulumi up` the running nodes read it from the published block ends
+    (model/block_ends.py). An earlier end or a moved start is a stack file that names
+    another block than it thinks. Each finding gives the exact edit.
+    """
+    out: list[Finding] = []
+    for key, actual in (("start", f.start), ("end", f.end)):
+        declared = _as_datetime(getattr(b, key, None))
+        if declared is None or actual is None or declared == actual:
+            continue
+        edit = f"{date_edit_command(i, key, actual, stack)} (or in the stack file: {key}: '{iso(actual)}')"
+        if key == "end" and actual > declared:
+            what = (
+                f"block {b.reservation_id} was extended: EC2 says it ends at {iso(actual)}, the stack file "
+                f"{iso(declared)}; until the stack file says so the group scales in and Slurm drains the block "
+                f"at the old end. Declare the new end, then `pulumi up` (running nodes learn it without a restart)"
+            )
+        elif key == "end":
+            what = (
+                f"block {b.reservation_id} ends at {iso(actual)}, earlier than the declared {iso(declared)} "
+                f"(an end never moves earlier: is this entry's reservation id another block?); EC2 terminates its "
+                f"instances 30 minutes before {iso(actual)}, so declare that end"
+            )
+        else:
+            what = (
+                f"block {b.reservation_id} starts at {iso(actual)}, not {iso(declared)}; the group would scale "
+                f"out at the wrong time: declare the block's start"
+            )
+        out.append(Finding(path("capacity", "capacity_blocks", i, key), f"{what}: {edit}"))
+    return out
+
+
+def check_blocks(cfg: ClusterConfig, facts: PreflightFacts, stack: str | None = None) -> list[Finding]:
     out: list[Finding] = []
     for i, b in enumerate(cfg.capacity.capacity_blocks):
         f = facts.blocks.get(b.reservation_id)
@@ -242,7 +277,7 @@ def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
             )
             continue
         out += _block_state_findings(b, f, rid, facts)
-        out += _block_declared_findings(cfg, i, b, f)
+        out += _block_declared_findings(cfg, i, b, f, stack)
     return out
 
 
@@ -362,10 +397,12 @@ def check_quota(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
     return [Finding(np, message, "warning" if cfg.uses_capacity_blocks else "error")]
 
 
-def preflight_findings(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
-    """Every finding, errors and warnings, in config order within each check."""
+def preflight_findings(cfg: ClusterConfig, facts: PreflightFacts, stack: str | None = None) -> list[Finding]:
+    """Every finding, errors and warnings, in config order within each check; `stack`
+    names the stack in the printed edits (`pulumi config set --stack ...`)."""
     found = [Finding(p, m) for p, m in facts.lookup_errors]
-    for check in (check_blocks, check_network, check_names, check_quota):
+    found += check_blocks(cfg, facts, stack)
+    for check in (check_network, check_names, check_quota):
         found += check(cfg, facts)
     return found
 
