@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from model.block_dates import date_problems
 from model.capacity import CapacityBlock
 from model.config import ClusterConfig
 from model.image import UNSUPPORTED_UBUNTU
@@ -141,17 +142,6 @@ def iso(t: datetime | None) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _as_datetime(value: object) -> datetime | None:
-    """A declared block start/end (datetime or ISO-8601 string) as an aware datetime."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        dt = value
-    else:
-        dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
 _FIND_BLOCK = "run `python3 -m ops find-blocks` to find and buy one"
 
 
@@ -218,46 +208,9 @@ def _block_declared_findings(
     return out
 
 
-def date_edit_command(i: int, key: str, value: datetime, stack: str | None = None) -> str:
-    """The one-line stack edit that declares a block's date as EC2 records it."""
-    where = f" --stack {stack}" if stack else ""
-    return f"pulumi config set{where} --path '{path('capacity', 'capacity_blocks', i, key)}' '{iso(value)}'"
-
-
 def block_date_findings(i: int, b: CapacityBlock, f: BlockFacts, stack: str | None = None) -> list[Finding]:
-    """The declared start and end against EC2's record of the same reservation.
-
-    A later EndDate on the same reservation id is an extension [CB-EXTEND]: the program
-    keeps scaling in and draining at the declared end until the stack file says the new
-    one; after `pulumi up` the running nodes read it from the published block ends
-    (model/block_ends.py). An earlier end or a moved start is a stack file that names
-    another block than it thinks. Each finding gives the exact edit.
-    """
-    out: list[Finding] = []
-    for key, actual in (("start", f.start), ("end", f.end)):
-        declared = _as_datetime(getattr(b, key, None))
-        if declared is None or actual is None or declared == actual:
-            continue
-        edit = f"{date_edit_command(i, key, actual, stack)} (or in the stack file: {key}: '{iso(actual)}')"
-        if key == "end" and actual > declared:
-            what = (
-                f"block {b.reservation_id} was extended: EC2 says it ends at {iso(actual)}, the stack file "
-                f"{iso(declared)}; until the stack file says so the group scales in and Slurm drains the block "
-                f"at the old end. Declare the new end, then `pulumi up` (running nodes learn it without a restart)"
-            )
-        elif key == "end":
-            what = (
-                f"block {b.reservation_id} ends at {iso(actual)}, earlier than the declared {iso(declared)} "
-                f"(an end never moves earlier: is this entry's reservation id another block?); EC2 terminates its "
-                f"instances 30 minutes before {iso(actual)}, so declare that end"
-            )
-        else:
-            what = (
-                f"block {b.reservation_id} starts at {iso(actual)}, not {iso(declared)}; the group would scale "
-                f"out at the wrong time: declare the block's start"
-            )
-        out.append(Finding(path("capacity", "capacity_blocks", i, key), f"{what}: {edit}"))
-    return out
+    """The declared start and end against EC2's record (model/block_dates.py)."""
+    return [Finding(p, m) for p, m in date_problems(i, b, f.start, f.end, stack)]
 
 
 def check_blocks(cfg: ClusterConfig, facts: PreflightFacts, stack: str | None = None) -> list[Finding]:

@@ -38,7 +38,12 @@ def _blocks(ctx: Context, ids: list[str]) -> dict[str, BlockFacts]:
 
 
 def _block_row(f: BlockFacts) -> dict[str, Any]:
-    return {"id": f.reservation_id, "state": f.state if f.found else "not found", "start": iso(f.start), "end": iso(f.end)}
+    return {
+        "id": f.reservation_id,
+        "state": f.state if f.found else "not found",
+        "start": iso(f.start),
+        "end": iso(f.end),
+    }
 
 
 def _declared_dates(cfg: ClusterConfig | None, facts: dict[str, BlockFacts], stack: str | None) -> list[dict[str, str]]:

@@ -33,7 +33,11 @@ cp "$FAKE_S3_FILE" "${@: -1}"
 
 
 def doc(blocks: dict[str, tuple[str, str]], cluster: str = "t1", fmt: int = 1) -> str:
-    body = {"format": fmt, "cluster": cluster, "blocks": {n: {"end": e, "reservation_id": r} for n, (r, e) in blocks.items()}}
+    body = {
+        "format": fmt,
+        "cluster": cluster,
+        "blocks": {n: {"end": e, "reservation_id": r} for n, (r, e) in blocks.items()},
+    }
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
@@ -103,7 +107,7 @@ def test_the_object_is_read_at_most_once_per_interval(box):
     script = (
         "SECONDS=1000; block_end_fetch; "
         f"printf '%s' '{doc({'a': (CR_A, NEW)})}' >'{box.obj}'; "
-        "SECONDS=1299; block_end_fetch; echo \"at 1299: $(cat $FSX_ROOT/blocks/a.end)\"; "
+        'SECONDS=1299; block_end_fetch; echo "at 1299: $(cat $FSX_ROOT/blocks/a.end)"; '
         "SECONDS=1300; block_end_fetch"
     )
     said = box.run(script)
@@ -160,7 +164,10 @@ def test_an_unreadable_object_keeps_the_files_and_is_said_once_per_state_change(
         (doc({"a": (CR_A, NEW)}, fmt=2), "not format 1 of the block ends (a newer program? update the node files)"),
         (doc({"../x": (CR_A, NEW)}), "block name '../x' is not a block name"),
         (doc({"a": ("cr-; rm -rf /", NEW)}), "block a: reservation_id 'cr-; rm -rf /' is not a cr- id"),
-        (doc({"a": (CR_A, "2026-12-15T11:30:00+01:00")}), "block a: end '2026-12-15T11:30:00+01:00' is not a UTC time like 2026-12-08T11:30:00Z"),
+        (
+            doc({"a": (CR_A, "2026-12-15T11:30:00+01:00")}),
+            "block a: end '2026-12-15T11:30:00+01:00' is not a UTC time like 2026-12-08T11:30:00Z",
+        ),
         (doc({"a": (CR_A, NEW)}) + " " * 70000, "larger than 65536 bytes"),
         ('{"format": 1, "cluster": "t1", "blocks": []}\n', "has no blocks mapping"),
     ],
@@ -207,4 +214,7 @@ def test_the_program_s_document_is_what_the_node_reads(box):
     cfg = parse_config(raw)
     box.obj.write_text(block_ends_document(cfg))
     said = box.run("SECONDS=1000; block_end_fetch", uri=f"file://{box.obj}")
-    assert said[-1] == f"capacity block a ({CR_A}) ends {NEW}, not (unpublished): from file://{box.obj}, written to {box.blocks}/a.end"
+    assert (
+        said[-1]
+        == f"capacity block a ({CR_A}) ends {NEW}, not (unpublished): from file://{box.obj}, written to {box.blocks}/a.end"
+    )
