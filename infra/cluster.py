@@ -20,12 +20,21 @@ from infra.iam import NodeIdentity, NodeIdentityArgs, registry_read_policy
 from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
 from infra.network import Network, NetworkArgs
 from infra.nodes import NodeGroups, NodeGroupsArgs
-from infra.payload import PayloadBucket, PayloadBucketArgs, PayloadObject, PayloadObjectArgs, payload_uri_template
+from infra.payload import (
+    BlockEndsObject,
+    BlockEndsObjectArgs,
+    PayloadBucket,
+    PayloadBucketArgs,
+    PayloadObject,
+    PayloadObjectArgs,
+    payload_uri_template,
+)
 from infra.preflight import preflight
 from infra.registry_secrets import RegistrySecrets, RegistrySecretsArgs
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
 from model import tags as node_tags
+from model.block_ends import block_ends_document, block_ends_uri
 from model.capacity import iso_utc
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig
@@ -56,7 +65,8 @@ def render_node_files(
     """Output[NodeFiles]: the pure renderer, called once the FSx endpoint and bucket are known.
 
     Only a function call happens inside apply; no resource is declared there. `region`
-    and `account` resolve `containers` (model/registries.py).
+    and `account` resolve `containers` (model/registries.py); with Capacity Blocks the
+    nodes also get where the program publishes the block ends (model/block_ends.py).
     """
 
     def render(values: list[str]) -> NodeFiles:
@@ -67,6 +77,8 @@ def render_node_files(
             FsxEndpoint(dns_name=dns, mount_name=mount),
             payload_uri_template(bucket_name),
             registries=registry_access(cfg.containers, region, acct, cfg.name),
+            block_ends_uri=block_ends_uri(bucket_name) if cfg.uses_capacity_blocks else "",
+            region=region,
         )
 
     return pulumi.Output.all(dns_name, mount_name, bucket, account).apply(render)
@@ -153,6 +165,7 @@ class _NodePayload:
 
     bucket: PayloadBucket
     payload: PayloadObject
+    block_ends: BlockEndsObject | None  # only with Capacity Blocks
     node_files: pulumi.Output
     user_data_b64: pulumi.Output
     registry_policy: pulumi.Output[str] | None
@@ -202,10 +215,24 @@ def _node_payload(
             bucket_name=bucket.bucket_name, s3_payload=node_files.apply(lambda nf: nf.s3_payload), tags=tags
         ),
     )
-    # Tie the user data to the uploaded object: no node boots before its payload exists.
-    # Stack secrets are in SSM before any node can boot and read them.
-    user_data_b64 = pulumi.Output.all(node_files, payload.key, *stored).apply(lambda v: encode_user_data(v[0]))
-    return _NodePayload(bucket, payload, node_files, user_data_b64, registry_policy)
+    block_ends = None
+    if cfg.uses_capacity_blocks:
+        # Only the cluster tag: S3 takes at most 10 tags per object, and this object is
+        # found by its fixed key, not by tags.
+        block_ends = BlockEndsObject(
+            name,
+            BlockEndsObjectArgs(
+                bucket_name=bucket.bucket_name,
+                document=block_ends_document(cfg),
+                tags={node_tags.CLUSTER: cfg.name},
+            ),
+        )
+    # Tie the user data to the uploaded objects: no node boots before its payload (and
+    # the block ends it reads) exists. Stack secrets are in SSM before any node can boot
+    # and read them.
+    waits = [payload.key, *([block_ends.key] if block_ends else []), *stored]
+    user_data_b64 = pulumi.Output.all(node_files, *waits).apply(lambda v: encode_user_data(v[0]))
+    return _NodePayload(bucket, payload, block_ends, node_files, user_data_b64, registry_policy)
 
 
 def _node_identity(cfg: ClusterConfig, node: _NodePayload, tags: dict[str, str]) -> NodeIdentity:
@@ -215,6 +242,7 @@ def _node_identity(cfg: ClusterConfig, node: _NodePayload, tags: dict[str, str])
         NodeIdentityArgs(
             cluster_name=cfg.name,
             payload_object_arn=node.payload.object_arn,
+            block_ends_object_arn=node.block_ends.object_arn if node.block_ends else None,
             tags=tags,
             registry_policy=node.registry_policy,
             managed_policy_arns=cfg.node_iam.managed_policy_arns,
@@ -283,7 +311,7 @@ def _stack_outputs(cfg: ClusterConfig, region: str, now: datetime, d: _Declared)
     find_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[0])
     ssm_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[1])
     asg_names = d.nodes.asg_names
-    return {
+    out: dict[str, object] = {
         "cluster_name": cfg.name,
         "region": region,
         "subnet_id": d.net.subnet_id,
@@ -306,6 +334,10 @@ def _stack_outputs(cfg: ClusterConfig, region: str, now: datetime, d: _Declared)
         "fsx_protected": d.fsx.protected,
         "image_id": image_id(cfg),
     }
+    if d.node.block_ends is not None:
+        # Where the controller reads each block's current end (docs/operations.md, extending).
+        out["block_ends_uri"] = d.node.bucket.bucket_name.apply(block_ends_uri)
+    return out
 
 
 def build(

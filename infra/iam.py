@@ -3,7 +3,8 @@
 Shells go through SSM Session Manager (AmazonSSMManagedInstanceCore); no SSH key is
 created or referenced anywhere. The node scripts read their own identity and tags from
 instance metadata (IMDSv2, docs/node-contract.md), so no EC2 API permission is needed.
-The extras: s3:GetObject on the single user-data payload object, and, with
+The extras: s3:GetObject on exactly the user-data payload object and the published
+block ends (`blocks/ends.json`, read by the controller's agent loop), and, with
 `containers`, ECR pulls and reads of the named registry secrets (`registry_read_policy`).
 
 A stack can add its own permissions (`node_iam`): each extra managed policy is one
@@ -39,12 +40,14 @@ EC2_ASSUME_ROLE_POLICY = json.dumps(
 )
 
 
-def payload_read_policy(object_arn: str) -> str:
-    """Read access to exactly one S3 object (the user-data payload)."""
+def payload_read_policy(object_arn: str, *more_arns: str) -> str:
+    """Read access to exactly the named S3 objects (the user-data payload, and with
+    Capacity Blocks the published block ends): no prefix, no wildcard."""
+    resource: str | list[str] = [object_arn, *more_arns] if more_arns else object_arn
     return json.dumps(
         {
             "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": object_arn}],
+            "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": resource}],
         },
         sort_keys=True,
     )
@@ -72,6 +75,8 @@ def registry_read_policy(access: RegistryAccess) -> str:
 class NodeIdentityArgs:
     cluster_name: str
     payload_object_arn: pulumi.Input[str] | None = None
+    # The published block ends (infra/payload.py BlockEndsObject); None without blocks.
+    block_ends_object_arn: pulumi.Input[str] | None = None
     tags: dict[str, str] = field(default_factory=dict)
     # node_iam: extra managed policies, and the inline policy document (JSON) of the
     # extra statements (None: no inline policy).
@@ -103,7 +108,9 @@ class NodeIdentity(Component):
             aws.iam.RolePolicy(
                 f"{name}-payload",
                 role=role.id,
-                policy=pulumi.Output.from_input(args.payload_object_arn).apply(payload_read_policy),
+                policy=pulumi.Output.all(
+                    args.payload_object_arn, *([args.block_ends_object_arn] if args.block_ends_object_arn else [])
+                ).apply(lambda arns: payload_read_policy(*arns)),
                 opts=self.child,
             )
         for arn, logical in attachment_names(name, args.managed_policy_arns).items():

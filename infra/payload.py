@@ -6,6 +6,10 @@ tar.gz (`NodeFiles.s3_payload`) and the user data fetches it with the instance r
 (docs/node-contract.md). The program stores it in a private bucket of the stack under
 its sha256, so a new payload is a new object and the launch template version that
 names it never points at other bytes.
+
+Beside it, one object under a fixed key (`BlockEndsObject`, model/block_ends.py) holds
+each declared block's current end: updated in place by every `pulumi up`, so running
+nodes learn an extended block's new end without new tags or a restart.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.component import Component
+from model.block_ends import BLOCK_ENDS_KEY
 
 PAYLOAD_PREFIX = "payload/"
 
@@ -98,6 +103,40 @@ class PayloadObject(Component):
         )
         # Built from the object's own outputs, so whatever uses them (the role policy, the
         # launch template's user data) waits for the upload.
+        self.key = obj.key
+        self.object_arn = pulumi.Output.all(obj.bucket, obj.key).apply(lambda v: f"arn:aws:s3:::{v[0]}/{v[1]}")
+        self.register_outputs({"object_arn": self.object_arn, "key": obj.key})
+
+
+@dataclass
+class BlockEndsObjectArgs:
+    bucket_name: pulumi.Input[str]
+    document: str  # model.block_ends.block_ends_document(cfg): byte-stable JSON
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class BlockEndsObject(Component):
+    """The published block ends (model/block_ends.py). Outputs: object_arn, key.
+
+    The key never changes, so an extension is an in-place update of this object (the
+    engine diffs `content` only), never a replacement the nodes could miss.
+    """
+
+    TYPE = "gpu-cluster:index:BlockEndsObject"
+    object_arn: pulumi.Output[str]
+    key: pulumi.Output[str]
+
+    def __init__(self, name: str, args: BlockEndsObjectArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, opts)
+        obj = aws.s3.BucketObjectv2(
+            f"{name}-block-ends",
+            bucket=args.bucket_name,
+            key=BLOCK_ENDS_KEY,
+            content=args.document,
+            content_type="application/json",
+            tags=args.tags,
+            opts=self.child,
+        )
         self.key = obj.key
         self.object_arn = pulumi.Output.all(obj.bucket, obj.key).apply(lambda v: f"arn:aws:s3:::{v[0]}/{v[1]}")
         self.register_outputs({"object_arn": self.object_arn, "key": obj.key})

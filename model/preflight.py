@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from model.block_dates import date_problems
 from model.capacity import CapacityBlock
 from model.config import ClusterConfig
 from model.image import UNSUPPORTED_UBUNTU
@@ -141,17 +142,6 @@ def iso(t: datetime | None) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _as_datetime(value: object) -> datetime | None:
-    """A declared block start/end (datetime or ISO-8601 string) as an aware datetime."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        dt = value
-    else:
-        dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
 _FIND_BLOCK = "run `python3 -m ops find-blocks` to find and buy one"
 
 
@@ -184,7 +174,9 @@ def _block_state_findings(b: CapacityBlock, f: BlockFacts, rid: str, facts: Pref
     return out
 
 
-def _block_declared_findings(cfg: ClusterConfig, i: int, b: CapacityBlock, f: BlockFacts) -> list[Finding]:
+def _block_declared_findings(
+    cfg: ClusterConfig, i: int, b: CapacityBlock, f: BlockFacts, stack: str | None = None
+) -> list[Finding]:
     """What the stack file declares about the block matches EC2's record of it."""
     out: list[Finding] = []
     if f.instance_type and f.instance_type != cfg.instance_type:
@@ -212,20 +204,16 @@ def _block_declared_findings(cfg: ClusterConfig, i: int, b: CapacityBlock, f: Bl
                 f"{b.instance_count}; set instance_count: {f.total_instance_count}",
             )
         )
-    for key, actual in (("start", f.start), ("end", f.end)):
-        declared = _as_datetime(getattr(b, key, None))
-        if declared is not None and actual is not None and declared != actual:
-            out.append(
-                Finding(
-                    path("capacity", "capacity_blocks", i, key),
-                    f"block {b.reservation_id} {key}s at {iso(actual)}, not {iso(declared)}; "
-                    f"set {key}: '{iso(actual)}'",
-                )
-            )
+    out += block_date_findings(i, b, f, stack)
     return out
 
 
-def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
+def block_date_findings(i: int, b: CapacityBlock, f: BlockFacts, stack: str | None = None) -> list[Finding]:
+    """The declared start and end against EC2's record (model/block_dates.py)."""
+    return [Finding(p, m) for p, m in date_problems(i, b, f.start, f.end, stack)]
+
+
+def check_blocks(cfg: ClusterConfig, facts: PreflightFacts, stack: str | None = None) -> list[Finding]:
     out: list[Finding] = []
     for i, b in enumerate(cfg.capacity.capacity_blocks):
         f = facts.blocks.get(b.reservation_id)
@@ -242,7 +230,7 @@ def check_blocks(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
             )
             continue
         out += _block_state_findings(b, f, rid, facts)
-        out += _block_declared_findings(cfg, i, b, f)
+        out += _block_declared_findings(cfg, i, b, f, stack)
     return out
 
 
@@ -362,10 +350,12 @@ def check_quota(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
     return [Finding(np, message, "warning" if cfg.uses_capacity_blocks else "error")]
 
 
-def preflight_findings(cfg: ClusterConfig, facts: PreflightFacts) -> list[Finding]:
-    """Every finding, errors and warnings, in config order within each check."""
+def preflight_findings(cfg: ClusterConfig, facts: PreflightFacts, stack: str | None = None) -> list[Finding]:
+    """Every finding, errors and warnings, in config order within each check; `stack`
+    names the stack in the printed edits (`pulumi config set --stack ...`)."""
     found = [Finding(p, m) for p, m in facts.lookup_errors]
-    for check in (check_blocks, check_network, check_names, check_quota):
+    found += check_blocks(cfg, facts, stack)
+    for check in (check_network, check_names, check_quota):
         found += check(cfg, facts)
     return found
 

@@ -45,13 +45,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.block_ends import BLOCK_ENDS_KEY
+
 REPO = Path(__file__).resolve().parent.parent
 MARKER = "<!-- gpu-cluster-review -->"
 FSX_TYPE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 LT_TYPE = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG_TYPE = "aws:autoscaling/group:Group"
 SCHEDULE_TYPE = "aws:autoscaling/schedule:Schedule"
-PAYLOAD_TYPE = "aws:s3/bucketObjectv2:BucketObjectv2"
+PAYLOAD_TYPE = "aws:s3/bucketObjectv2:BucketObjectv2"  # the node payload and the published block ends
 ROLLOUT = "see README 'Rolling out a template change on purpose'"
 # Lines of unified diff shown per node file; the rest is counted.
 DIFF_LINES = 40
@@ -604,10 +606,20 @@ def explain(report: StackReport, base: dict[str, Any] | None, head: dict[str, An
                     f"scheduled action: at {n.get('startTime', '?')} the group becomes min/max/desired {_size(n)}."
                 )
         if c.type == PAYLOAD_TYPE and c.kind != "removed":
-            c.notes.append(
-                "node payload: its key is the content's sha256, so new content is a new object; the user data"
-                " names it, so only nodes launched from the new template version fetch it."
-            )
+            c.notes.append(_object_note(new.get(c.key) or old.get(c.key) or {}))
+
+
+def _object_note(resource: dict[str, Any]) -> str:
+    """The node payload is content-addressed; the published block ends are one object."""
+    if (resource.get("inputs") or {}).get("key") == BLOCK_ENDS_KEY:
+        return (
+            "published block ends: updated in place; the controller reads it within 5 minutes and moves each"
+            " block's reservation and drain to the new end, without restarting any node."
+        )
+    return (
+        "node payload: its key is the content's sha256, so new content is a new object; the user data"
+        " names it, so only nodes launched from the new template version fetch it."
+    )
 
 
 def review(

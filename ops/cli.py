@@ -102,7 +102,9 @@ def main(
         if args.command == "pin":
             return pin.run(ctx, args, stack)
         if args.command == "status":
-            return status.run(ctx, args, stack.config.name, stack.region, stack.config.aws_name_base)
+            return status.run(
+                ctx, args, stack.config.name, stack.region, stack.config.aws_name_base, stack.config, stack.name
+            )
         return replace.run(ctx, args, stack.config.name, stack.config.aws_name_base)
     except ConfigError as err:
         print(str(err), file=ctx.err)

@@ -52,7 +52,7 @@ def run(ctx: Context, args: Any, session_for) -> int:
     ctx.session = session
     ctx.progress(f"preflight {stack.name}: checking {stack.config.name} in {stack.region} ...")
     now = ctx.clock.now()
-    account = preflight_findings(stack.config, gather(session, stack.config, now))
+    account = preflight_findings(stack.config, gather(session, stack.config, now), stack.name)
     findings = [Finding(p, m) for p, m in deploy_problems(stack.config, now, stack.region)]
     findings += image_findings(session, stack.config.image.ami_id, stack.region) + account
     bad = errors(findings)

@@ -1,4 +1,10 @@
-"""status: per Auto Scaling group its block and instances, and the first-boot gate."""
+"""status: per Auto Scaling group its block and instances, and the first-boot gate.
+
+With the stack's config it also compares each declared block's dates with EC2's record
+of the reservation (the same check as preflight, model/preflight.py
+block_date_findings): a block extended since the last `pulumi up` is named, with the
+one-line stack edit that declares the new end.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from model.preflight import iso
+from model.config import ClusterConfig
+from model.preflight import BlockFacts, block_date_findings, iso
 from ops.aws import OpsError, describe_error
 from ops.cluster import (
     cluster_groups,
@@ -23,15 +30,32 @@ from ops.remote import STATUS_BEGIN, status_script
 from ops.ssm import run_shell
 
 
-def _blocks(ctx: Context, ids: list[str]) -> dict[str, dict[str, Any]]:
+def _blocks(ctx: Context, ids: list[str]) -> dict[str, BlockFacts]:
     try:
-        found = describe_blocks(ctx.session.client("ec2"), ids)
+        return describe_blocks(ctx.session.client("ec2"), ids)
     except (ClientError, BotoCoreError) as err:
         raise OpsError(describe_error(err, "reading the cluster's Capacity Blocks")) from err
+
+
+def _block_row(f: BlockFacts) -> dict[str, Any]:
     return {
-        rid: {"id": rid, "state": f.state if f.found else "not found", "start": iso(f.start), "end": iso(f.end)}
-        for rid, f in found.items()
+        "id": f.reservation_id,
+        "state": f.state if f.found else "not found",
+        "start": iso(f.start),
+        "end": iso(f.end),
     }
+
+
+def _declared_dates(cfg: ClusterConfig | None, facts: dict[str, BlockFacts], stack: str | None) -> list[dict[str, str]]:
+    """Each declared block date EC2 disagrees with (an extension, mostly), with the edit."""
+    if cfg is None:
+        return []
+    out = []
+    for i, b in enumerate(cfg.capacity.capacity_blocks):
+        f = facts.get(b.reservation_id)
+        if f is not None and f.found:
+            out += [{"path": x.path, "message": x.message} for x in block_date_findings(i, b, f, stack)]
+    return out
 
 
 def _remote(ctx: Context, cluster: str, name_base: str) -> dict[str, Any]:
@@ -84,7 +108,17 @@ def _gate(v: dict | None) -> dict[str, Any] | None:
     }
 
 
-def collect(ctx: Context, cluster: str, region: str, ssm: bool = True, name_base: str | None = None) -> dict[str, Any]:
+def collect(
+    ctx: Context,
+    cluster: str,
+    region: str,
+    ssm: bool = True,
+    name_base: str | None = None,
+    cfg: ClusterConfig | None = None,
+    stack: str | None = None,
+) -> dict[str, Any]:
+    """`cfg` (the stack file's config, `stack` its name): also compare the declared block
+    dates with EC2 (`declared_dates`)."""
     name_base = name_base or cluster
     groups = cluster_groups(ctx, cluster, name_base)
     if not groups:
@@ -92,7 +126,10 @@ def collect(ctx: Context, cluster: str, region: str, ssm: bool = True, name_base
             f"no Auto Scaling group tagged GpuClusterName={cluster} in {region}; "
             "is the stack deployed (pulumi up) in this region?"
         )
-    blocks = _blocks(ctx, sorted({b for g in groups if (b := group_block_id(g))}))
+    # The declared blocks too: one bought and declared but not yet deployed has no group.
+    declared = {b.reservation_id for b in cfg.capacity.capacity_blocks} if cfg is not None else set()
+    facts = _blocks(ctx, sorted({b for g in groups if (b := group_block_id(g))} | declared))
+    blocks = {rid: _block_row(f) for rid, f in facts.items()}
     ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
     instances = describe_instances(ctx, ids)
     remote = _remote(ctx, cluster, name_base) if ssm and ids else {}
@@ -119,6 +156,7 @@ def collect(ctx: Context, cluster: str, region: str, ssm: bool = True, name_base
         "region": region,
         "groups": out_groups,
         "validation": _gate(remote.get("validation")),
+        "declared_dates": _declared_dates(cfg, facts, stack),
         **({"ssm_error": remote["error"]} if "error" in remote else {}),
     }
 
@@ -153,10 +191,19 @@ def render(report: dict[str, Any]) -> str:
         lines += [f"  - {r}" for r in gate["reasons"] if r]
     if "ssm_error" in report:
         lines.append(f"validation gate: unknown ({report['ssm_error']})")
+    lines += [f"stack file: {d['path']}: {d['message']}" for d in report.get("declared_dates", [])]
     return "\n".join(lines)
 
 
-def run(ctx: Context, args: Any, cluster: str, region: str, name_base: str | None = None) -> int:
-    report = collect(ctx, cluster, region, ssm=not args.no_ssm, name_base=name_base)
+def run(
+    ctx: Context,
+    args: Any,
+    cluster: str,
+    region: str,
+    name_base: str | None = None,
+    cfg: ClusterConfig | None = None,
+    stack: str | None = None,
+) -> int:
+    report = collect(ctx, cluster, region, ssm=not args.no_ssm, name_base=name_base, cfg=cfg, stack=stack)
     ctx.print(json.dumps(report, indent=2, sort_keys=True) if args.json else render(report))
     return 0

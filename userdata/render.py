@@ -104,12 +104,20 @@ def file_mode(path: str, content: bytes) -> int:
     return 0o644
 
 
-def cluster_env(cfg, spec: InstanceSpec, fsx: FsxEndpoint, registries: RegistryAccess | None = None) -> str:
+def cluster_env(
+    cfg,
+    spec: InstanceSpec,
+    fsx: FsxEndpoint,
+    registries: RegistryAccess | None = None,
+    block_ends_uri: str = "",
+    region: str = "",
+) -> str:
     """/etc/gpu-cluster/cluster.env: every setting the steps read, shell-quoted.
 
     Nothing per node and nothing depending on the node count (that comes from the
     GpuClusterNodes tag at boot)."""
     values = _base_env(cfg, spec, fsx) + _install_env(cfg, spec)
+    values += block_ends_env(block_ends_uri, region)
     values += hook_env(cfg)
     if registries is not None:
         values += registry_env()
@@ -177,6 +185,21 @@ def _install_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
         ("VALIDATION_WAIT_MINUTES", cfg.validation.wait_for_nodes_minutes),
         ("VALIDATION_JOIN_TIMEOUT_MINUTES", cfg.validation.join_timeout_minutes),
     ]
+
+
+# The controller reads the published block ends at most this often (s): an extension
+# is bought days ahead of the old end, so minutes of delay cost nothing, and 12 small
+# GETs an hour cost nothing either.
+BLOCK_ENDS_INTERVAL = 300
+
+
+def block_ends_env(uri: str, region: str) -> list[tuple[str, object]]:
+    """cluster.env lines of the published block ends (model/block_ends.py), read by the
+    controller's agent loop (lib/block-end.sh block_end_fetch); none without a URI
+    (on-demand stacks have no blocks, and keep their bytes)."""
+    if not uri:
+        return []
+    return [("BLOCK_ENDS_URI", uri), ("BLOCK_ENDS_REGION", region), ("BLOCK_ENDS_INTERVAL", BLOCK_ENDS_INTERVAL)]
 
 
 def hook_env(cfg) -> list[tuple[str, object]]:
@@ -263,11 +286,14 @@ def node_files(
     fsx: FsxEndpoint,
     cgroup_plugin: str = "autodetect",
     registries: RegistryAccess | None = None,
+    block_ends_uri: str = "",
+    region: str = "",
 ) -> dict[str, bytes]:
     """Every file a node gets, keyed by absolute path, in sorted order.
 
     `registries` (model.registries.registry_access, None without `containers`) adds
-    step 65 and its files (userdata/registries.py)."""
+    step 65 and its files (userdata/registries.py); `block_ends_uri` and `region`:
+    see `block_ends_env`."""
     files: dict[str, str] = {}
     boot = boot_files()
     if cfg.hooks.on_node_ready is None:
@@ -284,7 +310,7 @@ def node_files(
             default_time_minutes=cfg.slurm.default_time_minutes,
         ),
         validation_files(validation_ctx(cfg, spec)),
-        {layout.CLUSTER_ENV: cluster_env(cfg, spec, fsx, registries)},
+        {layout.CLUSTER_ENV: cluster_env(cfg, spec, fsx, registries, block_ends_uri, region)},
         registry_files(registries) if registries is not None else {},
     )
     for source in sources:
@@ -375,6 +401,8 @@ def render_userdata(
     *,
     cgroup_plugin: str = "autodetect",
     registries: RegistryAccess | None = None,
+    block_ends_uri: str = "",
+    region: str = "",
 ) -> NodeFiles:
     """User data for every node of `cfg` on `spec` (see module doc and docs/node-contract.md).
 
@@ -385,8 +413,19 @@ def render_userdata(
     hierarchy, e.g. the local cluster).
     registries: what the nodes log in to (`containers`, model/registries.py); None renders
     no registry files.
+    block_ends_uri: where the program publishes the block ends (`s3://bucket/key`, or
+    `file:///path` locally; model/block_ends.py), in the S3 bucket's `region`; "" (no
+    Capacity Blocks): the nodes rely on their GpuClusterBlockEnd tags alone.
     """
-    files = node_files(cfg, spec, fsx, cgroup_plugin=cgroup_plugin, registries=registries)
+    files = node_files(
+        cfg,
+        spec,
+        fsx,
+        cgroup_plugin=cgroup_plugin,
+        registries=registries,
+        block_ends_uri=block_ends_uri,
+        region=region,
+    )
     inline = {path: files[path] for path in INLINE_FILES}
     tar = payload_tar({p: c for p, c in files.items() if p not in inline})
     sha = hashlib.sha256(tar).hexdigest()

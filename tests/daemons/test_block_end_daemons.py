@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from tests.support.slurm_harness import (
     wait_for,
 )
 
+CR = "cr-0123456789abcdef0"
 _why = missing_prerequisites()
 
 
@@ -349,3 +351,52 @@ def test_local_cluster_nodes_of_a_block_get_the_end_reservation(monkeypatch):
         raise
     finally:
         lc.c.down()
+
+
+@pytest.mark.slurm
+@needs_slurm
+def test_an_extension_published_by_the_program_moves_the_started_window_and_resumes(cluster, tmp_path):
+    """D3: the block's window has started (nodes drained for the old end); `pulumi up`
+    publishes the extended end in the block-ends object; the next tick reads it, replaces
+    the reservation by the new window and resumes the node. Nothing is restarted."""
+    me, fsx_root = host_short_name(), tmp_path / "fsx"
+    old = int(time.time()) + 29 * 60  # the old end: its window (margin 30) has started
+    _publish(fsx_root, "a", old)  # what the node's GpuClusterBlockEnd tag said at boot
+    old_reason = f"capacity block a ends {_iso(old)} (EC2 terminates at {_iso(old - 30 * 60)})"
+    said = _tick(cluster, fsx_root, "30")
+    assert said[-1] == f"drained {me}: {old_reason}", said
+    assert _reservation(cluster, "block-a-end")["State"] == "ACTIVE"
+    assert _node(cluster, me)[1] == old_reason
+
+    new = old + 7 * 86400  # extended by a week, same reservation id
+    obj = tmp_path / "ends.json"
+    doc = {"format": 1, "cluster": "blockend", "blocks": {"a": {"end": _iso(new), "reservation_id": CR}}}
+    obj.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    env = {
+        **cluster.env,
+        "FSX_ROOT": str(fsx_root),
+        "BLOCK_END_MARGIN_MINUTES": "30",
+        "GC_STEP": "agent",
+        "CLUSTER_NAME": "blockend",
+        "BLOCK_ENDS_URI": f"file://{obj}",
+    }
+    out = _sh("block_end_tick", env=env, tz="Asia/Kolkata").stdout
+    said = [re.sub(r"^\S+ \[agent\] ", "", ln) for ln in out.splitlines()]
+    assert said == [
+        f"reading the published block ends from file://{obj} (1 block(s))",
+        f"capacity block a ({CR}) ends {_iso(new)}, not {_iso(old)}: from file://{obj}, written to {fsx_root}/blocks/a.end",
+        f"reservation block-a-end: started window replaced by {_iso(new - 30 * 60)} .. {_iso(new)} "
+        f"(the block's end moved to {_iso(new)})",
+        f"resumed {me}: capacity block a now ends {_iso(new)}",
+    ]
+    res = _reservation(cluster, "block-a-end")
+    assert res["State"] == "INACTIVE"
+    assert (_slurm_epoch(cluster, res["StartTime"]), _slurm_epoch(cluster, res["EndTime"])) == (new - 30 * 60, new)
+    assert set(res["Flags"].split(",")) == {"MAINT", "IGNORE_JOBS", "SPEC_NODES"} and res["Nodes"] == me
+    wait_for(lambda: _node(cluster, me) == ("idle", "none"), 30, f"{me} to be idle again", interval=1)
+    # The node takes work again: a job that ends well before the new window runs.
+    job = _sbatch(cluster, "--time=10")
+    wait_for(lambda: _job(cluster, job)[0] == "RUNNING", 20, "a job on the extended block to start")
+    # Idempotent: an agent loop started again reads the object and has nothing to change.
+    out = _sh("block_end_tick", env=env, tz="Asia/Kolkata").stdout
+    assert [re.sub(r"^\S+ \[agent\] ", "", ln) for ln in out.splitlines()] == said[:1]

@@ -4,6 +4,7 @@ block, the FSx replacement guard, the pinned image and the in-program preflight.
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 
 import pulumi
@@ -62,7 +63,15 @@ def test_moving_to_the_next_block_changes_only_groups_and_their_actions():
 
     kept = {k for k in before if k[0] not in (ASG, SCHED)}
     assert kept == {k for k in after if k[0] not in (ASG, SCHED)}
-    for key in sorted(kept):
+    # The published block ends change in place (same key): the controller learns block b.
+    ends = ("aws:s3/bucketObjectv2:BucketObjectv2", "t1-block-ends")
+    assert json.loads(after[ends]["content"])["blocks"] == {
+        "b": {"end": "2026-12-15T11:30:00Z", "reservation_id": CR_B}
+    }
+    assert {k: v for k, v in before[ends].items() if k != "content"} == {
+        k: v for k, v in after[ends].items() if k != "content"
+    }
+    for key in sorted(kept - {ends}):
         assert before[key] == after[key], f"{key} changed"
     # FSx, security group, template and bucket are among them, by the same logical names.
     for key in (

@@ -57,6 +57,12 @@ def test_node_files_rendered_once_from_fsx_endpoint_and_payload_bucket():
             cfg, cfg.spec, pulumi.Output.from_input("fs-1.fsx"), "mnt1", pulumi.Output.from_input("bucket-1")
         )
     )
-    want = render_userdata(cfg, cfg.spec, FsxEndpoint("fs-1.fsx", "mnt1"), "s3://bucket-1/payload/{sha256}.tar.gz")
+    want = render_userdata(
+        cfg,
+        cfg.spec,
+        FsxEndpoint("fs-1.fsx", "mnt1"),
+        "s3://bucket-1/payload/{sha256}.tar.gz",
+        block_ends_uri="s3://bucket-1/blocks/ends.json",  # a stack with blocks: model/block_ends.py
+    )
     assert run.value.user_data == want.user_data
     assert run.value.s3_payload == want.s3_payload

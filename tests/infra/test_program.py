@@ -46,6 +46,7 @@ def test_dev_resources(dev):
         ("aws:iam/rolePolicy:RolePolicy", "dev-payload"),
         ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "dev-ssm"),
         ("aws:s3/bucket:Bucket", "dev-payload"),
+        ("aws:s3/bucketObjectv2:BucketObjectv2", "dev-block-ends"),
         ("aws:s3/bucketObjectv2:BucketObjectv2", "dev-payload"),
         ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "dev-payload"),
         ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "dev-internet-tcp443"),
@@ -55,6 +56,7 @@ def test_dev_resources(dev):
     ]
     components = sorted((r["type"], r["name"]) for r in dev.resources if not r["custom"])
     assert components == [
+        ("gpu-cluster:index:BlockEndsObject", "dev"),
         ("gpu-cluster:index:FileSystem", "dev"),
         ("gpu-cluster:index:Network", "dev"),
         ("gpu-cluster:index:NodeGroups", "dev"),
@@ -113,7 +115,8 @@ def test_dev_user_data_is_the_rendered_bytes(dev):
 
 
 def test_dev_payload_object_and_its_only_reader(dev):
-    """The node files outgrow inline user data: one object, readable by the node role only."""
+    """The node files outgrow inline user data: one object, readable by the node role only
+    (with the published block ends beside it, tests/infra/test_block_ends.py)."""
     sha, tar = dev.node_files.s3_payload
     bucket = dev.value["user_data_payload_bucket"]
     obj = dev.inputs("aws:s3/bucketObjectv2:BucketObjectv2", "dev-payload")
@@ -121,7 +124,11 @@ def test_dev_payload_object_and_its_only_reader(dev):
     assert base64.b64decode(obj["contentBase64"]) == tar
     policy = json.loads(dev.inputs("aws:iam/rolePolicy:RolePolicy", "dev-payload")["policy"])
     assert policy["Statement"] == [
-        {"Action": "s3:GetObject", "Effect": "Allow", "Resource": f"arn:aws:s3:::{bucket}/payload/{sha}.tar.gz"}
+        {
+            "Action": "s3:GetObject",
+            "Effect": "Allow",
+            "Resource": [f"arn:aws:s3:::{bucket}/payload/{sha}.tar.gz", f"arn:aws:s3:::{bucket}/blocks/ends.json"],
+        }
     ]
     boot = gzip.decompress(dev.node_files.user_data)
     assert f"s3://{bucket}/payload/{sha}.tar.gz".encode() in boot
@@ -177,7 +184,7 @@ def test_prod_resources(prod):
     assert ("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "prod-s3") in custom
     # 13 network, 5 security group, 2 FSx, 3 payload, 4 IAM, 1 template, 3 groups,
     # 6 scheduled actions (prod's blocks start after PLAN_NOW: scale out and in per group)
-    assert len(custom) == 37
+    assert len(custom) == 38  # with the published block ends (blocks/ends.json)
 
 
 def test_prod_blocks_and_sizes(prod):
@@ -282,6 +289,7 @@ def test_main_exports_every_output():
     )
     assert exported == sorted(
         [
+            "block_ends_uri",
             "capacity_block_ids",
             "cluster_name",
             "controller_asg_name",

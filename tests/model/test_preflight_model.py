@@ -179,8 +179,11 @@ def test_declared_dates_must_match_the_block():
         }
     )
     assert lines(raw, f) == [
-        f"{P}.capacity.capacity_blocks[0].end: block {CR} ends at 2026-12-09T11:30:00Z, not "
-        "2026-12-10T11:30:00Z; set end: '2026-12-09T11:30:00Z'"
+        f"{P}.capacity.capacity_blocks[0].end: block {CR} ends at 2026-12-09T11:30:00Z, earlier than the declared "
+        "2026-12-10T11:30:00Z (an end never moves earlier: is this entry's reservation id another block?); EC2 "
+        "terminates its instances 30 minutes before 2026-12-09T11:30:00Z, so declare that end: pulumi config set "
+        f"--path '{P}.capacity.capacity_blocks[0].end' '2026-12-09T11:30:00Z' (or in the stack file: "
+        "end: '2026-12-09T11:30:00Z')"
     ]
 
 

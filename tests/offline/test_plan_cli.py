@@ -95,7 +95,11 @@ def test_user_data_files(rendered):
     with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
         for member in tar.getmembers():
             assert tar.extractfile(member).read() == (files / member.name).read_bytes()
-    obj = next(r for r in plan["resources"] if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2")
+    obj = next(
+        r
+        for r in plan["resources"]
+        if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2" and r["inputs"]["key"].startswith("payload/")
+    )
     assert obj["inputs"]["contentBase64"] == (
         f"<{len(payload)} bytes, sha256 {hashlib.sha256(payload).hexdigest()}: see userdata/*/payload.tar.gz>"
     )

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from ops.cli import main
 from tests.support.ops_stubs import NOW, Aws, context, reservation
 from tests.support.preflight_account import (
     CR,
+    END,
     STACK,
     SUBNET,
     VPC,
@@ -66,10 +68,31 @@ def test_every_bad_block_fact_at_once(tmp_path):
         "us-east-2a (and network.availability_zone with a subnet there)",
         f"{P}.capacity.capacity_blocks[0].instance_count: block {CR} holds 4 instances, not 2; set instance_count: 4",
         f"{P}.capacity.capacity_blocks[0].start: block {CR} starts at 2026-12-01T00:00:00Z, not 2026-11-30T11:30:00Z; "
-        "set start: '2026-12-01T00:00:00Z'",
-        f"{P}.capacity.capacity_blocks[0].end: block {CR} ends at 2026-12-01T11:30:00Z, not 2026-12-07T11:30:00Z; "
-        "set end: '2026-12-01T11:30:00Z'",
+        "the group would scale out at the wrong time: declare the block's start: pulumi config set --stack dev "
+        f"--path '{P}.capacity.capacity_blocks[0].start' '2026-12-01T00:00:00Z' (or in the stack file: "
+        "start: '2026-12-01T00:00:00Z')",
+        f"{P}.capacity.capacity_blocks[0].end: block {CR} ends at 2026-12-01T11:30:00Z, earlier than the declared "
+        "2026-12-07T11:30:00Z (an end never moves earlier: is this entry's reservation id another block?); EC2 "
+        "terminates its instances 30 minutes before 2026-12-01T11:30:00Z, so declare that end: pulumi config set "
+        f"--stack dev --path '{P}.capacity.capacity_blocks[0].end' '2026-12-01T11:30:00Z' (or in the stack file: "
+        "end: '2026-12-01T11:30:00Z')",
         "preflight dev (us-east-2): 6 problem(s), 0 warning(s)",
+    ]
+
+
+def test_an_extended_block_is_named_an_extension_with_the_edit(tmp_path):
+    """Same reservation id, a later EndDate (EC2 user guide, "Extend a Capacity Block")."""
+    aws = Aws()
+    stub_account(aws, blocks=[block(end=END + timedelta(days=7))])
+    rc, lines, _ = run(aws, write_stack(tmp_path))
+    assert rc == 2
+    assert lines == [
+        f"{P}.capacity.capacity_blocks[0].end: block {CR} was extended: EC2 says it ends at 2026-12-14T11:30:00Z, "
+        "the stack file 2026-12-07T11:30:00Z; until the stack file says so the group scales in and Slurm drains the "
+        "block at the old end. Declare the new end, then `pulumi up` (running nodes learn it without a restart): "
+        f"pulumi config set --stack dev --path '{P}.capacity.capacity_blocks[0].end' '2026-12-14T11:30:00Z' "
+        "(or in the stack file: end: '2026-12-14T11:30:00Z')",
+        "preflight dev (us-east-2): 1 problem(s), 0 warning(s)",
     ]
 
 

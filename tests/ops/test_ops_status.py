@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from ops.cli import main
 from ops.remote import STATUS_BEGIN, status_script
@@ -23,7 +24,7 @@ from tests.support.status_stack import CTRL, W1, stack_dir
 TAG_FILTER = {"Filters": [{"Name": "tag:GpuClusterName", "Values": ["dev"]}]}
 
 
-def stub_cluster(aws: Aws, remote: dict | None) -> None:
+def stub_cluster(aws: Aws, remote: dict | None, block: dict | None = None) -> None:
     a, ec2 = aws.stub("autoscaling"), aws.stub("ec2")
     a.add_response(
         "describe_auto_scaling_groups",
@@ -36,7 +37,9 @@ def stub_cluster(aws: Aws, remote: dict | None) -> None:
         TAG_FILTER,
     )
     ec2.add_response(
-        "describe_capacity_reservations", {"CapacityReservations": [reservation()]}, {"CapacityReservationIds": [CR]}
+        "describe_capacity_reservations",
+        {"CapacityReservations": [block or reservation()]},
+        {"CapacityReservationIds": [CR]},
     )
     ec2.add_response(
         "describe_instances",
@@ -70,12 +73,11 @@ REMOTE = {
 }
 
 
-def run(aws, tmp_path, *extra):
+def run(aws, tmp_path, *extra, **block_dates):
     clock = FakeClock()
     ctx = context(aws, clock=clock)
-    rc = main(
-        ["status", "--stack", "dev", "--stack-dir", str(stack_dir(tmp_path)), *extra], ctx=ctx, session_for=aws.session
-    )
+    root = stack_dir(tmp_path, **block_dates)
+    rc = main(["status", "--stack", "dev", "--stack-dir", str(root), *extra], ctx=ctx, session_for=aws.session)
     aws.done()
     return rc, ctx.out.getvalue(), ctx.err.getvalue(), clock
 
@@ -97,6 +99,27 @@ def test_status_text(tmp_path):
     ]
     assert clock.sleeps == [2.0, 2.0]  # bounded polling of the SSM invocation
     assert "gpu-cluster status' on i-0c000000000000001: Pending (0s)" in err
+
+
+def test_status_names_an_extended_block_and_prints_the_stack_edit(tmp_path):
+    """The block a stack declares ends earlier than EC2 says (extended since `pulumi up`)."""
+    start, end = datetime(2026, 11, 30, 11, 30, tzinfo=UTC), datetime(2026, 12, 14, 11, 30, tzinfo=UTC)
+    aws = Aws()
+    stub_cluster(aws, REMOTE, reservation(start=start, end=end))
+    rc, out, _, _ = run(aws, tmp_path, start="2026-11-30T11:30:00Z", end="2026-12-07T11:30:00Z")
+    assert rc == 0
+    p = "gpu-cluster:cluster.capacity.capacity_blocks[0].end"
+    assert out.splitlines()[-1] == (
+        f"stack file: {p}: block {CR} was extended: EC2 says it ends at 2026-12-14T11:30:00Z, the stack file "
+        "2026-12-07T11:30:00Z; until the stack file says so the group scales in and Slurm drains the block at the "
+        "old end. Declare the new end, then `pulumi up` (running nodes learn it without a restart): pulumi config "
+        f"set --stack dev --path '{p}' '2026-12-14T11:30:00Z' (or in the stack file: end: '2026-12-14T11:30:00Z')"
+    )
+    # Dates that match EC2's record: nothing to say.
+    aws = Aws()
+    stub_cluster(aws, REMOTE, reservation(start=start, end=end))
+    rc, out, _, _ = run(aws, tmp_path, "--json", start="2026-11-30T11:30:00Z", end="2026-12-14T11:30:00Z")
+    assert rc == 0 and json.loads(out)["declared_dates"] == []
 
 
 def test_status_json_and_ssm_failure_is_reported_not_fatal(tmp_path):
@@ -121,6 +144,7 @@ def test_status_json_and_ssm_failure_is_reported_not_fatal(tmp_path):
         "boot_step": None,
         "slurm": None,
     }
+    assert doc["declared_dates"] == []
     assert doc["groups"][1]["block"] == {
         "id": CR,
         "state": "active",
@@ -145,6 +169,10 @@ def test_status_of_a_copied_stack_reads_only_its_own_groups(tmp_path):
             ]
         },
         TAG_FILTER,
+    )
+    # The stack declares block a: status compares its dates with EC2's (none declared here).
+    aws.stub("ec2").add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [reservation()]}, {"CapacityReservationIds": [CR]}
     )
     aws.stub("ec2").add_response(
         "describe_instances",

@@ -23,14 +23,24 @@ def _iso(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def _sh(
-    script: str, env: dict[str, str] | None = None, tz: str = "UTC", check: bool = True, timeout: float = 60
+    script: str,
+    env: dict[str, str] | None = None,
+    tz: str = "UTC",
+    check: bool = True,
+    timeout: float = 60,
+    path_first: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run SCRIPT as the agent loop runs it: strict mode, common.sh and block-end.sh sourced."""
+    """Run SCRIPT as the agent loop runs it: strict mode, common.sh and block-end.sh sourced.
+    `path_first`: a directory searched before the system's (fake commands)."""
     full = f'set -euo pipefail; . "{COMMON}"; . "{BLOCK_END}"; {script}'
+    path = f"{path_first}:{SYSTEM_PATH}" if path_first else SYSTEM_PATH
     return subprocess.run(
         ["bash", "-c", full],
-        env={**(env or {}), "TZ": tz, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        env={**(env or {}), "TZ": tz, "PATH": path},
         capture_output=True,
         text=True,
         check=check,

@@ -13,7 +13,8 @@ from tests.support.ops_stubs import (
 CTRL, W1 = "i-0c000000000000001", "i-0b000000000000002"
 
 
-def stack_dir(tmp_path: Path) -> Path:
+def stack_dir(tmp_path: Path, **block_dates: str) -> Path:
+    """`block_dates`: start= / end= of block a as the stack file declares them."""
     doc = {
         "config": {
             "aws:region": "us-east-2",
@@ -24,7 +25,13 @@ def stack_dir(tmp_path: Path) -> Path:
                 "capacity": {
                     "nodes": 2,
                     "capacity_blocks": [
-                        {"name": "a", "reservation_id": CR, "instance_count": 2, "availability_zone": "us-east-2b"}
+                        {
+                            "name": "a",
+                            "reservation_id": CR,
+                            "instance_count": 2,
+                            "availability_zone": "us-east-2b",
+                            **block_dates,
+                        }
                     ],
                 },
             },

@@ -16,7 +16,12 @@
 #   deleted: Slurm keeps our drain reason on a silent node, so the stale node reaper
 #   (which only takes "Not responding") would leave them listed for ever;
 # - a node we drained for an earlier end of the block that still responds (the block was
-#   extended and its later end published) is resumed while the new window is ahead.
+#   extended and its later end published) is resumed while the new window is ahead;
+# - the block ends the program publishes (BLOCK_ENDS_URI, model/block_ends.py) overwrite
+#   the nodes' files: a running node never sees new Auto Scaling tags, so after an
+#   extension (same reservation, later end) only the program knows the new end. It is
+#   authoritative for every block it declares, even when earlier than a file (a new
+#   block under an old name); when it cannot be read, the files stay (block_end_fetch).
 # Flags [SLURM-RESV]: MAINT (may overlap other reservations, accounted as maintenance)
 # and IGNORE_JOBS (creating it must not fail because a running job would cross: that
 # job is lost anyway). Slurm adds SPEC_NODES by itself for an explicit node list (22.05
@@ -133,6 +138,43 @@ block_end_reap() {
   fi
 }
 
+# block_end_move RES CUR_START CUR_END START END NOW NODES: the margin or the end changed.
+# A window that has not started moves. One that has started (the nodes are drained)
+# and whose block was extended past it is deleted and made again at the new window:
+# Slurm does not move the start of an active reservation, and keeping it would hold the
+# nodes in maintenance for the old window. A started window that is still the right one
+# but ends elsewhere (the end moved within the margin) only gets its end moved.
+block_end_move() {
+  local res=$1 cur_start=$2 cur_end=$3 t=$4 end=$5 now=$6 want=$7 out
+  local window
+  window="$(block_end_iso "$t") .. $(block_end_iso "$end")"
+  if ((cur_start == t && cur_end == end)); then return 0; fi
+  if ((now < cur_start)); then
+    if out=$(_be_slurm scontrol update ReservationName="$res" StartTime="$(block_end_slurm_time "$t")" \
+      EndTime="$(block_end_slurm_time "$end")" 2>&1); then
+      echo "reservation $res: window moved to $window"
+    else
+      echo "could not move reservation $res to $window: $out"
+    fi
+  elif ((t > now)); then
+    if ! out=$(_be_slurm scontrol delete ReservationName="$res" 2>&1); then
+      echo "could not delete reservation $res to move it to $window: $out"
+    elif ! out=$(_be_slurm scontrol create reservation ReservationName="$res" \
+      StartTime="$(block_end_slurm_time "$t")" EndTime="$(block_end_slurm_time "$end")" \
+      Users=root Flags=MAINT,IGNORE_JOBS Nodes="$want" 2>&1); then
+      echo "deleted reservation $res but could not create it again at $window: $out"
+    else
+      echo "reservation $res: started window replaced by $window (the block's end moved to $(block_end_iso "$end"))"
+    fi
+  elif ((cur_end != end)); then
+    if out=$(_be_slurm scontrol update ReservationName="$res" EndTime="$(block_end_slurm_time "$end")" 2>&1); then
+      echo "reservation $res: end moved to $(block_end_iso "$end")"
+    else
+      echo "could not move the end of reservation $res to $(block_end_iso "$end"): $out"
+    fi
+  fi
+}
+
 # block_end_sync BLOCK END_EPOCH MARGIN_MINUTES NOW: one block; one line per action.
 block_end_sync() {
   local block=$1 end=$2 margin=$3 now=$4 start res rows want have info t reason out
@@ -167,17 +209,9 @@ block_end_sync() {
         echo "could not update the nodes of reservation $res ($have -> $want): $out"
       fi
     fi
-    # The margin or the end changed: move the window while it has not started yet.
     cur_start=$(date -d "$(block_end_field "$info" StartTime)" +%s 2>/dev/null) || cur_start=0
     cur_end=$(date -d "$(block_end_field "$info" EndTime)" +%s 2>/dev/null) || cur_end=0
-    if ((now < cur_start && (cur_start != t || cur_end != end))); then
-      if out=$(_be_slurm scontrol update ReservationName="$res" StartTime="$(block_end_slurm_time "$t")" \
-        EndTime="$(block_end_slurm_time "$end")" 2>&1); then
-        echo "reservation $res: window moved to $(block_end_iso "$t") .. $(block_end_iso "$end")"
-      else
-        echo "could not move reservation $res to $(block_end_iso "$t") .. $(block_end_iso "$end"): $out"
-      fi
-    fi
+    block_end_move "$res" "$cur_start" "$cur_end" "$t" "$end" "$now" "$want"
   fi
   if ((now < start)); then
     while IFS='|' read -r n state r; do
@@ -219,6 +253,119 @@ block_end_pass() {
   done
 }
 
+# --- the program's published block ends (controller, agent loop) -------------------------
+
+BLOCK_ENDS_MAX_BYTES=65536 # the document is a few hundred bytes per block
+BLOCK_ENDS_CLI_FALLBACKS=(/usr/local/bin/aws /snap/bin/aws) # as bin/gpu-cluster-fetch
+
+# block_end_download URI DEST: s3://bucket/key with the AWS CLI and the instance role
+# (as bin/gpu-cluster-fetch reads the payload), or file:///path (local cluster, tests).
+block_end_download() {
+  local cli f
+  case $1 in
+    s3://*)
+      cli=$(command -v aws) || cli=""
+      for f in "${BLOCK_ENDS_CLI_FALLBACKS[@]}"; do
+        if [[ -z $cli && -x $f ]]; then cli=$f; fi
+      done
+      [[ -n $cli ]] || { echo "the AWS CLI (aws) is not installed"; return 1; }
+      timeout 60 "$cli" s3 cp --only-show-errors ${BLOCK_ENDS_REGION:+--region "$BLOCK_ENDS_REGION"} "$1" "$2" 2>&1
+      ;;
+    file://*) cp "${1#file://}" "$2" 2>&1 ;;
+    *) echo "not an s3:// or file:// URI" && return 1 ;;
+  esac
+}
+
+# block_end_parse FILE CLUSTER: "block reservation_id end" per block of the document, or
+# fail with one line saying why. Every field is checked here, so nothing a bad document
+# holds ever reaches a file name, scontrol or the log unquoted.
+block_end_parse() {
+  python3 - "$1" "$2" "$BLOCK_ENDS_MAX_BYTES" <<'PY'
+import json, re, sys
+path, cluster, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def bad(why):
+    print(why)
+    sys.exit(1)
+raw = open(path, "rb").read(limit + 1)
+if len(raw) > limit:
+    bad(f"larger than {limit} bytes")
+try:
+    doc = json.loads(raw.decode("utf-8"))
+except ValueError as err:
+    bad(f"not JSON ({err})")
+if not isinstance(doc, dict) or doc.get("format") != 1:
+    bad("not format 1 of the block ends (a newer program? update the node files)")
+if doc.get("cluster") != cluster:
+    bad(f"for cluster {doc.get('cluster')!r}, not {cluster!r}")
+blocks = doc.get("blocks")
+if not isinstance(blocks, dict):
+    bad("has no blocks mapping")
+end = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
+for name, b in sorted(blocks.items()):
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,31}", name) or not isinstance(b, dict):
+        bad(f"block name {name[:40]!r} is not a block name")
+    rid, when = b.get("reservation_id"), b.get("end")
+    if not isinstance(rid, str) or not re.fullmatch(r"cr-[0-9a-f]{8,17}", rid):
+        bad(f"block {name}: reservation_id {str(rid)[:40]!r} is not a cr- id")
+    if not isinstance(when, str) or not end.match(when):
+        bad(f"block {name}: end {str(when)[:40]!r} is not a UTC time like 2026-12-08T11:30:00Z")
+for name, b in sorted(blocks.items()):
+    print(name, b["reservation_id"], b["end"])
+PY
+}
+
+# block_end_fetch_state KIND MESSAGE: say MESSAGE when the fetch's state (ok, or the kind
+# of failure) changed since the last tick: a bucket that cannot be read for a day is
+# one warning, not one every 5 minutes.
+BLOCK_ENDS_STATE=""
+block_end_fetch_state() {
+  [[ $1 != "$BLOCK_ENDS_STATE" ]] || return 0
+  BLOCK_ENDS_STATE=$1
+  if [[ $1 == ok ]]; then log "$2"; else warn "$2"; fi
+}
+
+# block_end_fetch: at most every BLOCK_ENDS_INTERVAL s, read BLOCK_ENDS_URI and write
+# FSX_ROOT/blocks/<block>.end for each block in it whose file says otherwise (logged).
+# Runs in the agent loop's shell (not a subshell): its state lives across ticks.
+BLOCK_ENDS_LAST=-86400
+block_end_fetch() {
+  local uri=${BLOCK_ENDS_URI:-} tmp out dir="$FSX_ROOT/blocks" block rid iso f cur
+  [[ -n $uri ]] || return 0
+  ((SECONDS - BLOCK_ENDS_LAST >= ${BLOCK_ENDS_INTERVAL:-300})) || return 0
+  BLOCK_ENDS_LAST=$SECONDS
+  tmp=$(mktemp)
+  if ! out=$(block_end_download "$uri" "$tmp"); then
+    rm -f "$tmp"
+    block_end_fetch_state unreadable "cannot read the published block ends $uri: ${out//$'\n'/ }; the block ends the nodes published stay in force"
+    return 0
+  fi
+  if ! out=$(block_end_parse "$tmp" "${CLUSTER_NAME:-}"); then
+    rm -f "$tmp"
+    block_end_fetch_state invalid "ignoring the published block ends $uri: ${out//$'\n'/ }; the block ends the nodes published stay in force"
+    return 0
+  fi
+  rm -f "$tmp"
+  block_end_fetch_state ok "reading the published block ends from $uri ($(grep -c . <<<"$out" || true) block(s))"
+  # A write that fails (FSx gone read-only) is said and retried at the next fetch; it
+  # must never stop the agent loop (strict mode).
+  if ! mkdir -p "$dir" 2>/dev/null; then
+    warn "cannot create $dir for the published block ends; retrying in ${BLOCK_ENDS_INTERVAL:-300} s"
+    return 0
+  fi
+  while read -r block rid iso; do
+    [[ -n $block ]] || continue
+    f="$dir/$block.end"
+    cur=$(head -c 100 "$f" 2>/dev/null | head -n 1) || cur=""
+    [[ $cur != "$iso" ]] || continue
+    if ! printf '%s\n' "$iso" | atomic_write "$f" 0644 2>/dev/null; then
+      warn "cannot write $f (capacity block $block ends $iso); retrying in ${BLOCK_ENDS_INTERVAL:-300} s"
+      continue
+    fi
+    log "capacity block $block ($rid) ends $iso, not ${cur:-(unpublished)}: from $uri, written to $f"
+  done <<<"$out"
+  return 0
+}
+
 # block_end_tick: the agent loop's hook (controller only, slurmctld running here):
 # at most once a minute, logs what it did.
 BLOCK_END_LAST=-3600
@@ -226,6 +373,7 @@ block_end_tick() {
   local line margin said
   ((SECONDS - BLOCK_END_LAST >= ${BLOCK_END_INTERVAL:-60})) || return 0
   BLOCK_END_LAST=$SECONDS
+  block_end_fetch
   [[ -d $FSX_ROOT/blocks ]] || return 0
   said=$(block_end_margin "${BLOCK_END_MARGIN_MINUTES:-}" 2>&1 >/dev/null)
   margin=$(block_end_margin "${BLOCK_END_MARGIN_MINUTES:-}" 2>/dev/null)
