@@ -13,6 +13,9 @@ DAEMON_TESTS ?= tests/daemons
 # The config fuzz's case count in `make check` (the first cases of the same seeded
 # sequence); `make test` runs all of them.
 FUZZ_CASES ?= 100
+# The timeline model's random timelines in `make check` (the first of the same seeded
+# sequence; `make test` runs 200, bench/bench_timeline.py more).
+TIMELINE_CASES ?= 10
 # pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process).
 JOBS ?= auto
 # Enroot/Pyxis release tarballs for the faithful lane's local mirror (scripts/vendor-dir.sh).
@@ -65,7 +68,7 @@ check: check-deps
 	echo "== ruff check"; ruff check --output-format concise . || rc=1; \
 	echo "== ruff format --check"; ruff format --check --output-format concise . || rc=1; \
 	echo "== mypy"; mypy || rc=1; \
-	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) python -m pytest -q -n $(JOBS) -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
+	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) GPU_CLUSTER_TIMELINE_CASES=$(TIMELINE_CASES) python -m pytest -q -n $(JOBS) -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
 	exit $$rc
 
 lint: check-deps

@@ -41,7 +41,7 @@ from model.config import ClusterConfig
 from model.fsx_identity import fsx_identity
 from model.node_iam import node_iam_policy
 from model.registries import RegistryAccess, needs_account, registry_access, stack_parameter_name, stack_secrets
-from model.schedule import group_schedule
+from model.schedule import BlockSchedule, cluster_schedule
 from model.tags import ON_DEMAND
 from userdata import layout
 from userdata.render import FsxEndpoint, NodeFiles, render_userdata
@@ -104,7 +104,7 @@ def controller_commands(region: str, controller_asg: str) -> tuple[str, str]:
     return find, f"aws ssm start-session --region {region} --target $({find})"
 
 
-def group_output(cfg: ClusterConfig, g, asg_name: pulumi.Output[str], now: datetime) -> dict[str, object]:
+def group_output(g, asg_name: pulumi.Output[str], schedule: BlockSchedule) -> dict[str, object]:
     """One `node_groups` entry: what the group is and when it runs."""
     out: dict[str, object] = {
         "asg_name": asg_name,
@@ -114,7 +114,7 @@ def group_output(cfg: ClusterConfig, g, asg_name: pulumi.Output[str], now: datet
         "capacity_block_id": g.block.reservation_id if g.block is not None else None,
     }
     if g.block is not None:
-        s = group_schedule(g, cfg.capacity.block_end_margin_minutes, now)
+        s = schedule.of(g.name)
         out.update(
             size_now=s.size_now,
             block_start=iso_utc(g.block.start),
@@ -276,7 +276,7 @@ def _launch_template(
     )
 
 
-def _node_groups(cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, now: datetime) -> NodeGroups:
+def _node_groups(cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, schedule: BlockSchedule) -> NodeGroups:
     return NodeGroups(
         cfg.name,
         NodeGroupsArgs(
@@ -286,8 +286,7 @@ def _node_groups(cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, now: 
             subnet_id=net.subnet_id,
             launch_template_id=lt.launch_template_id,
             launch_template_version=lt.latest_version,
-            now=now,
-            block_end_margin_minutes=cfg.capacity.block_end_margin_minutes,
+            schedule=schedule,
             tags=cfg.tags,
             aws_name_base=cfg.aws_name_base,
         ),
@@ -306,7 +305,7 @@ class _Declared:
     nodes: NodeGroups
 
 
-def _stack_outputs(cfg: ClusterConfig, region: str, now: datetime, d: _Declared) -> dict[str, object]:
+def _stack_outputs(cfg: ClusterConfig, region: str, schedule: BlockSchedule, d: _Declared) -> dict[str, object]:
     controller_asg = d.nodes.asg_names["controller"]
     find_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[0])
     ssm_cmd = controller_asg.apply(lambda n: controller_commands(region, n)[1])
@@ -324,7 +323,7 @@ def _stack_outputs(cfg: ClusterConfig, region: str, now: datetime, d: _Declared)
         "launch_template_id": d.lt.launch_template_id,
         "launch_template_version": d.lt.latest_version,
         "node_groups": {
-            g.name: group_output(cfg, g, asg_names[g.name], now) for g in cfg.node_groups() if g.name in asg_names
+            g.name: group_output(g, asg_names[g.name], schedule) for g in cfg.node_groups() if g.name in asg_names
         },
         "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
         "validation_results_path": layout.validation_results(cfg.name),
@@ -364,6 +363,8 @@ def build(
     node = _node_payload(cfg, region, fsx, registry_passwords or {}, tags)
     identity = _node_identity(cfg, node, tags)
     lt = _launch_template(cfg, sg, identity, node.user_data_b64, tags)
-    nodes = _node_groups(cfg, net, lt, now)
-    outputs = _stack_outputs(cfg, region, now, _Declared(net, sg, fsx, node, lt, nodes))
+    # Time enters once: the groups and the outputs read the same schedule.
+    schedule = cluster_schedule(cfg, now)
+    nodes = _node_groups(cfg, net, lt, schedule)
+    outputs = _stack_outputs(cfg, region, schedule, _Declared(net, sg, fsx, node, lt, nodes))
     return BuildResult(outputs=outputs, node_files=node.node_files)

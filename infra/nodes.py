@@ -41,7 +41,6 @@ block `a` by block `b` touches only those groups and their actions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import pulumi
 import pulumi_aws as aws
@@ -49,8 +48,8 @@ import pulumi_aws as aws
 from infra.component import Component
 from model import preflight
 from model import tags as node_tags
-from model.capacity import DEFAULT_BLOCK_END_MARGIN_MINUTES, NodeGroup, iso_utc
-from model.schedule import GroupSchedule, group_schedule
+from model.capacity import NodeGroup, iso_utc
+from model.schedule import BlockSchedule, GroupSchedule
 from model.tags import ON_DEMAND
 
 
@@ -84,8 +83,9 @@ class NodeGroupsArgs:
     subnet_id: pulumi.Input[str]
     launch_template_id: pulumi.Input[str]
     launch_template_version: pulumi.Input[int]
-    now: datetime | None = None  # required with Capacity Blocks: decides started / not started
-    block_end_margin_minutes: int = DEFAULT_BLOCK_END_MARGIN_MINUTES
+    # The run's one schedule (model/schedule.py cluster_schedule), also read by the stack
+    # outputs; required with Capacity Blocks: it decides started / not started.
+    schedule: BlockSchedule | None = None
     tags: dict[str, str] = field(default_factory=dict)
     # What the groups' fixed names derive from (ClusterConfig.aws_name_base); None: the
     # cluster name.
@@ -118,9 +118,9 @@ class NodeGroups(Component):
         capacity = None
         sched = GroupSchedule(g.size, None, None, None)
         if g.block is not None:
-            if args.now is None:
-                raise ValueError("NodeGroupsArgs.now is required with Capacity Blocks")
-            sched = group_schedule(g, args.block_end_margin_minutes, args.now)
+            if args.schedule is None:
+                raise ValueError("NodeGroupsArgs.schedule is required with Capacity Blocks")
+            sched = args.schedule.of(g.name)
             # The launch template says "capacity-block"; the group names the block.
             capacity = aws.autoscaling.GroupCapacityReservationSpecificationArgs(
                 capacity_reservation_preference="capacity-reservations-only",

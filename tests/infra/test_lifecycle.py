@@ -87,19 +87,17 @@ def test_moving_to_the_next_block_changes_only_groups_and_their_actions():
     # block-a's group and actions go; block-b's come; the controller group stays (same
     # name, now targeting b) with new actions.
     assert groups_before - groups_after == {"t1-block-a", "t1-block-a-scale-in"}
-    assert groups_after - groups_before == {
-        "t1-block-b",
-        "t1-block-b-scale-out",
-        "t1-block-b-scale-in",
-        "t1-controller-scale-out",
-    }
+    # Block b starts 30 minutes after the edit, within model.schedule.CREATION_LEAD: its
+    # groups are declared at full size now (launches are refused and retried until the
+    # start) and get no scale-out action that could reach Auto Scaling after its time.
+    assert groups_after - groups_before == {"t1-block-b", "t1-block-b-scale-in"}
     controller = after[(ASG, "t1-controller")]
     assert controller["name"] == "gpu-cluster-dev-controller"  # AWS names follow the stack (dev)
     assert controller["capacityReservationSpecification"]["capacityReservationTarget"] == {
         "capacityReservationIds": [CR_B]
     }
-    assert controller["desiredCapacity"] == 0
-    assert after[(SCHED, "t1-controller-scale-out")]["startTime"] == "2026-12-08T11:30:00Z"
+    assert controller["desiredCapacity"] == 1
+    assert after[(SCHED, "t1-controller-scale-in")]["startTime"] == "2026-12-15T10:50:00Z"
 
 
 def test_group_names_follow_block_names_not_positions():
@@ -319,16 +317,35 @@ def test_blocks_need_dates_to_deploy():
 
 def test_a_block_whose_nodes_stopped_is_refused():
     cfg = parse_config(valid_raw())
-    late = datetime(2026, 12, 8, 10, 45, tzinfo=UTC)  # 5 minutes before the 10:50 scale-in
+    late = datetime(2026, 12, 8, 10, 55, tzinfo=UTC)  # 5 minutes after the 10:50 scale-in
     (problem,) = deploy_problems(cfg, late, REGION)
     assert problem == (
         f"{R}.capacity.capacity_blocks[0].end",
         "block cr-0123456789abcdef0 ends at 2026-12-08T11:30:00Z and its nodes stop at "
         "2026-12-08T10:50:00Z (capacity.block_end_margin_minutes 40), which is past at "
-        "2026-12-08T10:45:00Z; move to the next block: replace this entry with the new block "
+        "2026-12-08T10:55:00Z; move to the next block: replace this entry with the new block "
         "(README, moving to the next block)",
     )
     assert deploy_problems(cfg, PLAN_NOW, REGION) == []
+
+
+def test_a_run_within_the_lead_of_a_scale_in_is_refused():
+    """A scale-in declared now could be created after its time (model.schedule D2 rule):
+    the run is refused and says when it can run again."""
+    cfg = parse_config(valid_raw())
+    near = datetime(2026, 12, 8, 10, 20, tzinfo=UTC)  # 30 minutes before the 10:50 scale-in
+    (problem,) = deploy_problems(cfg, near, REGION)
+    assert problem == (
+        f"{R}.capacity.capacity_blocks[0].end",
+        "block cr-0123456789abcdef0 ends at 2026-12-08T11:30:00Z and its nodes stop at "
+        "2026-12-08T10:50:00Z (capacity.block_end_margin_minutes 40), less than 45 minutes after "
+        "2026-12-08T10:20:00Z: a scale-in action created now could reach Auto Scaling after its time, so "
+        "this run changes nothing; the existing action still stops the nodes. Run again after "
+        "2026-12-08T10:50:00Z with this entry removed (move to the next block: replace this entry with the "
+        "new block (README, moving to the next block)), or extend the block and set its new end",
+    )
+    # 45 minutes and one second before: declared as usual.
+    assert deploy_problems(cfg, datetime(2026, 12, 8, 10, 4, 59, tzinfo=UTC), REGION) == []
 
 
 def test_on_demand_needs_no_dates():

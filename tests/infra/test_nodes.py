@@ -10,6 +10,7 @@ import pytest
 
 from infra.nodes import NodeGroups, NodeGroupsArgs
 from model.capacity import CapacityBlock, NodeGroup
+from model.schedule import block_schedule
 from tests.support.mocks import run_component
 
 ASG = "aws:autoscaling/group:Group"
@@ -54,8 +55,7 @@ def _run(groups, total, version=3, now=NOW, margin=40):
                 subnet_id="subnet-0abc",
                 launch_template_id="lt-0abc",
                 launch_template_version=pulumi.Output.from_input(version),
-                now=now,
-                block_end_margin_minutes=margin,
+                schedule=block_schedule(groups, margin, now) if now is not None else None,
                 tags={"team": "ml"},
             ),
         )
@@ -233,7 +233,7 @@ def test_a_block_starting_within_the_lead_counts_as_started():
 
 
 def test_capacity_block_groups_need_a_time():
-    with pytest.raises(Exception, match="now is required"):
+    with pytest.raises(Exception, match="schedule is required"):
         _run([NodeGroup("controller", "controller", 1, A)], total=2, now=None)
 
 
