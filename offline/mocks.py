@@ -274,7 +274,7 @@ def request_facts(request: Any) -> dict[str, Any]:
 
     Pulumi's Mocks callbacks receive only type, name and inputs; what the engine orders
     and guards by (depends_on plus every input's resource dependencies, protect,
-    ignore_changes, ...) is in the request itself [P-SDK runtime/mocks.py]. Lists are
+    ignore_changes, ...) is in the request itself [P-SDK]. Lists are
     sorted so the plan is byte-stable whatever order the program registers in.
     """
     options = {
