@@ -17,13 +17,14 @@
 #   (which only takes "Not responding") would leave them listed for ever;
 # - a node we drained for an earlier end of the block that still responds (the block was
 #   extended and its later end published) is resumed while the new window is ahead.
-# Flags [SLURM-RESV]: MAINT (may overlap other reservations, accounted as maintenance:
-# so users' own reservations on the block's nodes, MAINT windows or ordinary ones, never
-# stop ours being created or moved, and the pass only ever reads, creates or updates the
-# reservation named block-<block>-end, never another one: no kill/relaunch loop as in
-# [PC-7465]; tests/daemons/test_block_end_user_reservations.py) and IGNORE_JOBS (creating it must not fail because a running job would cross: that
-# job is lost anyway). Slurm adds SPEC_NODES by itself for an explicit node list (22.05
-# documents it as output only). Users=root: a reservation needs an owner, and nobody is
+# Flags [SLURM-RESV]: MAINT (may overlap other reservations, accounted as maintenance)
+# and IGNORE_JOBS (creating it must not fail because a running job would cross: that
+# job is lost anyway). MAINT is also why users' own reservations on the block's nodes
+# (MAINT windows or ordinary ones) never stop ours being created or moved; the pass
+# only ever reads, creates or updates the reservation named block-<block>-end, never
+# another one, so there is no kill/relaunch loop as in [PC-7465]
+# (tests/daemons/test_block_end_user_reservations.py). Slurm adds SPEC_NODES by itself
+# for an explicit node list (22.05 documents it as output only). Users=root: a reservation needs an owner, and nobody is
 # meant to use it. A job held back shows "ReqNodeNotAvail, May be reserved for other
 # job" in squeue (Slurm 22.05).
 # Times handed to scontrol are local wall-clock times (scontrol reads them in the
