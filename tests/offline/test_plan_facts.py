@@ -112,9 +112,7 @@ def test_bad_at_is_refused_in_one_line(value, why, tmp_path, capsys):
     out = tmp_path / "never"
     assert main(["--stack", "dev", "--out", str(out), "--at", value]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [
-        f"--at {value}: {why}; give an ISO-8601 time with a zone, e.g. 2026-12-08T12:00:00Z or +01:00"
-    ]
+    assert err == [f"--at {value}: {why}; give an ISO-8601 time with a zone, e.g. 2026-12-08T12:00:00Z or +01:00"]
     assert not out.exists()
 
 
