@@ -190,7 +190,12 @@ def _file_system(cfg: ClusterConfig, net: Network, sg: NodeSecurityGroup, tags: 
     return FileSystem(
         name,
         FileSystemArgs(
-            cluster_name=name, fsx=cfg.fsx, subnet_id=net.subnet_id, security_group_id=sg.security_group_id, tags=tags
+            cluster_name=name,
+            fsx=cfg.fsx,
+            subnet_id=net.subnet_id,
+            security_group_id=sg.security_group_id,
+            tags=tags,
+            port_rules=sg.self_rules,
         ),
     )
 

@@ -22,6 +22,7 @@ import pulumi_aws as aws
 
 from infra.component import Component
 from model.block_ends import BLOCK_ENDS_KEY
+from model.cluster_tags import object_tags
 
 PAYLOAD_PREFIX = "payload/"
 
@@ -98,7 +99,9 @@ class PayloadObject(Component):
             key=key,
             content_base64=payload.apply(lambda p: base64.b64encode(p[1]).decode("ascii")),
             content_type="application/gzip",
-            tags=args.tags,
+            # S3 refuses an object with more than 10 tags [S3-OBJ-TAGS]; the bucket
+            # above carries them all.
+            tags=object_tags(args.tags),
             opts=self.child,
         )
         # Built from the object's own outputs, so whatever uses them (the role policy, the

@@ -43,6 +43,10 @@ class NodeSecurityGroup(Component):
 
     TYPE = "gpu-cluster:index:NodeSecurityGroup"
     security_group_id: pulumi.Output[str]
+    # The self-referencing rules (in and out) that open the Lustre ports: the file system
+    # depends on them (infra/storage.py), since FSx refuses creation while port 988 is
+    # closed [FSX-SG-FAIL] and the group starts with no rules at all [PA-SG].
+    self_rules: list[pulumi.Resource]
 
     def __init__(self, name: str, args: NodeSecurityGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
@@ -58,7 +62,7 @@ class NodeSecurityGroup(Component):
             tags={**args.tags, "Name": f"{args.cluster_name}-nodes"},
             opts=self.child,
         )
-        aws.vpc.SecurityGroupIngressRule(
+        self_in = aws.vpc.SecurityGroupIngressRule(
             f"{name}-self-in",
             security_group_id=sg.id,
             ip_protocol="-1",
@@ -67,7 +71,7 @@ class NodeSecurityGroup(Component):
             tags=args.tags,
             opts=self.child,
         )
-        aws.vpc.SecurityGroupEgressRule(
+        self_out = aws.vpc.SecurityGroupEgressRule(
             f"{name}-self-out",
             security_group_id=sg.id,
             ip_protocol="-1",
@@ -88,5 +92,6 @@ class NodeSecurityGroup(Component):
                 tags=args.tags,
                 opts=self.child,
             )
+        self.self_rules = [self_in, self_out]
         self.security_group_id = sg.id
         self.register_outputs({"security_group_id": self.security_group_id})

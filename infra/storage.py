@@ -1,7 +1,9 @@
 """FSx for Lustre: the shared /fsx (images, data, checkpoints, Slurm state, status).
 
 Placed in the cluster subnet with the nodes' security group (whose self rules cover
-the Lustre ports, see infra/security.py). LZ4 compression is on: it costs the clients
+the Lustre ports, see infra/security.py), and created only after those rules: FSx
+refuses creation while port 988 is closed [FSX-SG-FAIL], and a dependency on the group
+alone lets the engine create the file system and the rules at the same moment. LZ4 compression is on: it costs the clients
 nothing and cuts stored bytes for checkpoints and datasets. Lustre 2.15 is the version
 the Ubuntu 24.04 client packages speak [FSX-CLIENT].
 
@@ -28,6 +30,7 @@ Which edits replace the file system, and how they are refused: model/fsx_identit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pulumi
@@ -50,6 +53,8 @@ class FileSystemArgs:
     subnet_id: pulumi.Input[str]
     security_group_id: pulumi.Input[str]
     tags: dict[str, str] = field(default_factory=dict)
+    # The security-group rules that open the Lustre ports (NodeSecurityGroup.self_rules).
+    port_rules: Sequence[pulumi.Resource] = ()
 
 
 class FileSystem(Component):
@@ -98,7 +103,7 @@ class FileSystem(Component):
             # S3; backups cannot be enabled on a linked one [FSX-DELETE-API].
             skip_final_backup=not cfg.backed_up,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, protect=self.protected),
+            opts=pulumi.ResourceOptions(parent=self, protect=self.protected, depends_on=list(args.port_rules)),
         )
         if repo is not None and cfg.deployment_type == "PERSISTENT_2":
             events = ["NEW", "CHANGED", "DELETED"]

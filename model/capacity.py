@@ -19,9 +19,12 @@ MAX_INSTANCES_PER_BLOCK = 64
 # than whole days, and extensions change the end; preflight compares the declared
 # dates with EC2's own record of the block instead.
 BLOCK_END_UTC = (11, 30)
-# EC2 starts terminating a block's instances 30 minutes before its end [CB-USE]; the
-# group must be at zero by then ([ASG-CB]: scale to zero at least 30 minutes before).
+# EC2 starts terminating a block's instances 30 minutes before its end [CB-USE]; AWS
+# asks to scale the group to zero "more than 30 minutes before the Capacity Block
+# reservation end time" [ASG-CB]: at exactly 30 the scale-in meets EC2's own
+# terminations, so the smallest margin is 31.
 EC2_BLOCK_END_LEAD_MINUTES = 30
+MIN_BLOCK_END_MARGIN_MINUTES = EC2_BLOCK_END_LEAD_MINUTES + 1
 DEFAULT_BLOCK_END_MARGIN_MINUTES = 40
 
 
@@ -107,15 +110,15 @@ class CapacityConfig(Strict):
     )
     block_end_margin_minutes: int = Field(
         DEFAULT_BLOCK_END_MARGIN_MINUTES,
-        description="Minutes before a block's end at which its group scales to zero and Slurm stops starting jobs there (at least 30).",
+        description="Minutes before a block's end at which its group scales to zero and Slurm stops starting jobs there (at least 31: AWS asks for more than 30).",
     )
 
     @field_validator("block_end_margin_minutes")
     @classmethod
     def _margin(cls, v: int) -> int:
-        if v < EC2_BLOCK_END_LEAD_MINUTES:
+        if v < MIN_BLOCK_END_MARGIN_MINUTES:
             raise ValueError(
-                f"{v} minutes is less than the {EC2_BLOCK_END_LEAD_MINUTES} minutes before a block's end at which EC2 terminates its instances; use at least {EC2_BLOCK_END_LEAD_MINUTES} (default {DEFAULT_BLOCK_END_MARGIN_MINUTES})"
+                f"{v} minutes is not more than the {EC2_BLOCK_END_LEAD_MINUTES} minutes before a block's end at which EC2 starts terminating its instances, and AWS asks to scale a Capacity Block's group to zero more than {EC2_BLOCK_END_LEAD_MINUTES} minutes before the end; use at least {MIN_BLOCK_END_MARGIN_MINUTES} (default {DEFAULT_BLOCK_END_MARGIN_MINUTES})"
             )
         if v > 24 * 60:
             raise ValueError(

@@ -14,6 +14,24 @@ from model.paths import loc_to_path
 PROGRAM_TAG_KEYS = ("Name", *node_tags.NODE_IDENTITY, node_tags.BLOCK_END)
 
 
+# An S3 object takes at most 10 tags [S3-OBJ-TAGS], while the config allows up to 44
+# user tags (50 per resource minus the program's, [AWS-TAGS]).
+MAX_OBJECT_TAGS = 10
+
+
+def object_tags(tags: dict[str, str]) -> dict[str, str]:
+    """The tags an S3 object (the node payload) carries: at most MAX_OBJECT_TAGS.
+
+    The program's own tags first (GpuClusterName: which cluster the object belongs to),
+    then the user's `tags` in key order (the order Pulumi hands the config to the
+    program in), until there are 10. The bucket holding the object carries every tag
+    (docs/operations.md, "Tags: which resource gets which").
+    """
+    own = [k for k in PROGRAM_TAG_KEYS if k in tags]
+    user = sorted(k for k in tags if k not in own)
+    return {k: tags[k] for k in (own + user)[:MAX_OBJECT_TAGS]}
+
+
 def _tag_problem(key: str, value: str) -> str | None:
     problem = aws_rules.tag_key_problem(key)
     if problem is None and key in node_tags.NODE_IDENTITY + (node_tags.BLOCK_END,):

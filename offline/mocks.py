@@ -257,6 +257,56 @@ class PlanMocks(pulumi.runtime.Mocks):
     }
 
 
+# The resource options that change what the engine does with a resource, as plan.json
+# names them, each with its value when the program does not set it.
+OPTION_DEFAULTS: dict[str, Any] = {
+    "protect": False,
+    "ignore_changes": [],
+    "delete_before_replace": False,
+    "replace_on_changes": [],
+    "retain_on_delete": False,
+    "parent": None,
+}
+
+
+def request_facts(request: Any) -> dict[str, Any]:
+    """Dependencies and engine-relevant options of one RegisterResource request.
+
+    Pulumi's Mocks callbacks receive only type, name and inputs; what the engine orders
+    and guards by (depends_on plus every input's resource dependencies, protect,
+    ignore_changes, ...) is in the request itself [P-SDK]. Lists are
+    sorted so the plan is byte-stable whatever order the program registers in.
+    """
+    options = {
+        "protect": bool(request.protect) if request.HasField("protect") else False,
+        "ignore_changes": sorted(request.ignoreChanges),
+        "delete_before_replace": bool(request.deleteBeforeReplace),
+        "replace_on_changes": sorted(request.replaceOnChanges),
+        "retain_on_delete": bool(request.retainOnDelete) if request.HasField("retainOnDelete") else False,
+        "parent": request.parent or None,
+    }
+    return {"dependencies": sorted(set(request.dependencies)), "options": options}
+
+
+def _recording_monitor(mocks: pulumi.runtime.Mocks):
+    """Pulumi's MockMonitor, keeping each registration's dependencies and options."""
+    from pulumi.runtime.mocks import MockMonitor
+
+    class RecordingMonitor(MockMonitor):
+        def __init__(self, m: pulumi.runtime.Mocks):
+            super().__init__(m)
+            # URN -> request_facts(); the SDK registers from worker threads, so facts are
+            # keyed by URN, never "the resource being registered now".
+            self.facts: dict[str, dict[str, Any]] = {}
+
+        def RegisterResource(self, request):  # noqa: N802 - the gRPC method's name
+            response = super().RegisterResource(request)
+            self.facts[response.urn] = request_facts(request)
+            return response
+
+    return RecordingMonitor(mocks)
+
+
 class _EngineLog(logging.Handler):
     """The mock engine's log (pulumi.log.* in the program) into a list."""
 
@@ -279,13 +329,14 @@ def run_with_mocks(
 
     Waits for every registration, then returns (resolved value, urn lookup) where the
     lookup maps "name|type" to the resource's URN (which carries its parent's type).
+    Each record in `mocks.resources` gets the registration's `dependencies` (URNs) and
+    `options` (OPTION_DEFAULTS' keys), which the Mocks callbacks are not given.
     """
-    from pulumi.runtime.mocks import MockMonitor
     from pulumi.runtime.settings import SETTINGS
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
-    monitor = MockMonitor(mocks)
+    monitor = _recording_monitor(mocks)
     logger = logging.getLogger("gpu-cluster.plan.engine")
     logger.handlers[:] = [_EngineLog(getattr(mocks, "log", []))]
     logger.setLevel(logging.INFO)
@@ -304,6 +355,10 @@ def run_with_mocks(
         reg.urn.split("::")[-1] + "|" + reg.urn.split("::")[2].split("$")[-1]: reg.urn
         for reg in monitor.resources.values()
     }
+    for record in getattr(mocks, "resources", []):
+        facts = monitor.facts.get(urns.get(f"{record['name']}|{record['type']}", ""))
+        if facts is not None:
+            record.update(facts)
     return resolved.get("value"), urns
 
 

@@ -1,11 +1,15 @@
 """Offline plan: run the real program under Pulumi's mocks, write what it would do.
 
-    python -m offline.plan --stack dev --out DIR [--config-file FILE] [--set PATH=VALUE ...]
+    python -m offline.plan --stack dev --out DIR [--config-file FILE] [--set PATH=VALUE ...] [--at TIME]
 
 Reads `Pulumi.<stack>.yaml` (or FILE), applies `--set` overrides, runs `infra.stack.run()`
 with deterministic mocks and writes:
   DIR/plan.json                       every resource (type, name, urn, inputs as the engine
-                                      sees them: camelCase) and the resolved stack outputs
+                                      sees them: camelCase; dependencies: the URNs the
+                                      engine creates it after, sorted; options: protect,
+                                      ignore_changes, delete_before_replace,
+                                      replace_on_changes, retain_on_delete, parent), the
+                                      time it renders at and the resolved stack outputs
   DIR/userdata/<name>/user-data       exact bytes handed to EC2 before base64
   DIR/userdata/<name>/files/<path>    every file the node gets (from the user data itself
                                       or from the S3 payload)
@@ -28,7 +32,8 @@ Exit status: 0 written; 2 bad input, one line per problem (`Pulumi.x.yaml:LINE:C
 1 an internal error (a bug), one line (GPU_CLUSTER_DEBUG=1 prints the traceback). Output
 is byte-stable: the program runs at the fixed time PLAN_NOW (offline/mocks.py: which
 Capacity Blocks have started decides group sizes and scheduled actions), never at the
-wall-clock time.
+wall-clock time. `--at TIME` (ISO-8601 with a zone: 2026-12-08T12:00:00Z) runs it at
+TIME instead: what a `pulumi up` at that moment would declare.
 """
 
 from __future__ import annotations
@@ -41,13 +46,14 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
 from model.errors import one_line
-from offline.mocks import PlanMocks, plan_mocks, run_under_mocks
+from offline.mocks import PLAN_NOW, PlanMocks, plan_mocks, run_under_mocks
 from stackfile.errors import InputError
 from stackfile.location import stack_file
 from stackfile.reader import load_stack_secrets, read_stack_file
@@ -65,6 +71,22 @@ def load_stack_config(stack: str, root: Path = REPO, config_file: Path | None = 
     if problems:
         raise InputError(problems)
     return raw, region
+
+
+def parse_at(text: str) -> datetime:
+    """`--at`'s value as an aware UTC time; InputError (one line) otherwise. A zone is
+    required: the block times it is compared with are absolute, and a zone-less time
+    would silently mean the machine's local time."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None or when.utcoffset() is None:
+        what = "has no zone" if when is not None else "is not an ISO-8601 time"
+        raise InputError(
+            [f"--at {text}: {what}; give an ISO-8601 time with a zone, e.g. 2026-12-08T12:00:00Z or +01:00"]
+        )
+    return when.astimezone(UTC)
 
 
 def warning_lines(mocks: PlanMocks) -> list[str]:
@@ -110,10 +132,11 @@ def write_plan(
     root: Path = REPO,
     config_file: Path | None = None,
     secrets: dict[str, str] | None = None,
+    at: datetime = PLAN_NOW,
 ) -> dict[str, Any]:
-    """Render the plan into `out`. InputError for bad input (stack file, --set, --out)
-    or a config the program refuses; anything else is a bug. `secrets`: stack secret
-    values to run with (tests), over the stack file's placeholders."""
+    """Render the plan into `out`, the program running at `at`. InputError for bad input
+    (stack file, --set, --out) or a config the program refuses; anything else is a bug.
+    `secrets`: stack secret values to run with (tests), over the stack file's placeholders."""
     path = stack_file(stack, root, config_file)
     raw, region, secret_paths, problems = read_stack_file(path, root)
     file_secrets, plain = load_stack_secrets(path)
@@ -139,20 +162,26 @@ def write_plan(
         check = err.lines
     if problems or check:
         raise InputError(problems + check)
-    mocks = plan_mocks(raw, region)
+    mocks = plan_mocks(raw, region, now=at)
     try:
         _, urns, outputs, node_files = run_under_mocks(
-            raw, region, stack=stack, mocks=mocks, extra_config=plain, secrets={**file_secrets, **(secrets or {})}
+            raw,
+            region,
+            stack=stack,
+            mocks=mocks,
+            now=at,
+            extra_config=plain,
+            secrets={**file_secrets, **(secrets or {})},
         )
     except pulumi.RunError as err:
         raise InputError(warning_lines(mocks) + _with_secret_notes(str(err).split("\n"), secret_paths)) from None
     try:
-        return _write_outputs(stack, out, recorded, region, mocks, urns, outputs, node_files)
+        return _write_outputs(stack, out, recorded, region, mocks, urns, outputs, node_files, at)
     except OSError as err:
         raise InputError([f"--out {out}: cannot write {err.filename or out}: {err.strerror or err}"]) from None
 
 
-def _write_outputs(stack, out, overrides, region, mocks, urns, outputs, node_files) -> dict[str, Any]:
+def _write_outputs(stack, out, overrides, region, mocks, urns, outputs, node_files, at) -> dict[str, Any]:
     resources = []
     for r in mocks.resources:
         r = {**r, "urn": urns.get(f"{r['name']}|{r['type']}")}
@@ -162,8 +191,10 @@ def _write_outputs(stack, out, overrides, region, mocks, urns, outputs, node_fil
             r["inputs"] = {**r["inputs"], "contentBase64": digest}
         resources.append(r)
     resources.sort(key=lambda r: (r["urn"] or "", r["type"], r["name"]))
+    at_arg = "" if at == PLAN_NOW else f" --at {_iso(at)}"
     plan = {
-        "generated_by": f"python -m offline.plan --stack {stack} (offline/plan.py, Pulumi mocks); do not edit",
+        "generated_by": f"python -m offline.plan --stack {stack}{at_arg} (offline/plan.py, Pulumi mocks); do not edit",
+        "at": _iso(at),
         "stack": stack,
         "region": region,
         "overrides": list(overrides),
@@ -198,6 +229,10 @@ def _write_outputs(stack, out, overrides, region, mocks, urns, outputs, node_fil
     if by_bytes:
         (ud_root / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     return plan
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def summary(plan: dict[str, Any], out: Path) -> list[str]:
@@ -241,9 +276,16 @@ def main(argv: list[str] | None = None) -> int:
         help="override a config value, path as for `pulumi config set --path` (with or without the "
         "`cluster.` prefix), e.g. capacity.capacity_blocks[0].instance_count=4; repeatable",
     )
+    parser.add_argument(
+        "--at",
+        metavar="TIME",
+        help="run the program at TIME (ISO-8601 with a zone, e.g. 2026-12-08T12:00:00Z) instead of the fixed "
+        "plan time: what `pulumi up` would declare then (group sizes, scheduled actions)",
+    )
     args = parser.parse_args(argv)
     try:
-        plan = write_plan(args.stack, args.out, args.overrides, config_file=args.config_file)
+        at = PLAN_NOW if args.at is None else parse_at(args.at)
+        plan = write_plan(args.stack, args.out, args.overrides, config_file=args.config_file, at=at)
         lines = summary(plan, args.out)
     except InputError as err:
         for line in err.lines:

@@ -10,8 +10,11 @@ base may have different code, so it runs in its own process from its own tree; t
 user's checkout is never touched), and once from the working tree as it is, uncommitted
 edits included. Then it reports, per stack: resources added, replaced, changed (each
 changed input as `path: old -> new`, long values elided, secrets never printed) and
-removed; what happens to running nodes; and the node files that changed, each with a
-short unified diff.
+removed; dependency and resource-option changes (protect, ignore_changes, ...: what the
+engine does, which inputs alone do not show; a resource whose inputs are the same but
+whose dependencies or options differ is "engine facts only": AWS sees no call); what
+happens to running nodes; and the node files that changed, each with a short unified
+diff.
 
 Replacement cannot be asked of the provider here, so `FORCE_NEW` lists, per resource
 type this program declares, the inputs whose change makes the provider replace the
@@ -380,8 +383,12 @@ class Change:
     key: str
     type: str
     name: str
-    kind: str  # added | removed | replaced | changed | may-replace
+    kind: str  # added | removed | replaced | changed | may-replace | engine
     inputs: list[tuple[str, str, str]] = field(default_factory=list)
+    # "+ Type name" / "- Type name": dependencies gained and lost.
+    dependencies: list[str] = field(default_factory=list)
+    # (option, old, new) for every resource option that differs.
+    options: list[tuple[str, str, str]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -457,8 +464,32 @@ def _replace_keys(r_old: dict[str, Any], r_new: dict[str, Any], keys: set[str]) 
     return replace, unknown
 
 
+def _dep_label(urn: str) -> str:
+    parts = urn.split("::")
+    return f"{_short_type(parts[2].split('$')[-1])} {parts[-1]}" if len(parts) >= 4 else urn
+
+
+def has_facts(plan: dict[str, Any]) -> bool:
+    """Whether a plan records dependencies and options (plan writers before issue 17 did not)."""
+    return any("dependencies" in r for r in plan.get("resources", []))
+
+
+def diff_facts(r_old: dict[str, Any], r_new: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """(dependencies gained/lost, options changed) between two records of one resource."""
+    o, n = set(r_old.get("dependencies") or ()), set(r_new.get("dependencies") or ())
+    deps = [f"+ {_dep_label(u)}" for u in sorted(n - o)] + [f"- {_dep_label(u)}" for u in sorted(o - n)]
+    oo, no = r_old.get("options") or {}, r_new.get("options") or {}
+    options = [
+        (k, _show(oo.get(k, _MISSING)), _show(no.get(k, _MISSING)))
+        for k in sorted(set(oo) | set(no))
+        if oo.get(k, _MISSING) != no.get(k, _MISSING)
+    ]
+    return deps, options
+
+
 def compare_plans(base: dict[str, Any], head: dict[str, Any]) -> list[Change]:
     old, new = _custom(base), _custom(head)
+    facts = has_facts(base) and has_facts(head)
     changes: dict[str, Change] = {}
     for k in sorted(set(new) - set(old)):
         changes[k] = Change(k, new[k]["type"], new[k]["name"], "added")
@@ -466,17 +497,28 @@ def compare_plans(base: dict[str, Any], head: dict[str, Any]) -> list[Change]:
         changes[k] = Change(k, old[k]["type"], old[k]["name"], "removed")
     for k in sorted(set(old) & set(new)):
         diffs = diff_inputs(old[k].get("inputs") or {}, new[k].get("inputs") or {})
+        deps, options = diff_facts(old[k], new[k]) if facts else ([], [])
         if not diffs:
+            if deps or options:
+                changes[k] = Change(k, new[k]["type"], new[k]["name"], "engine", dependencies=deps, options=options)
             continue
         top = {re.split(r"[.\[]", p, maxsplit=1)[0] for p, _, _ in diffs}
         replace, unknown = _replace_keys(old[k], new[k], top)
         kind = "replaced" if replace else ("may-replace" if unknown else "changed")
         reasons = [f"{x} cannot change in place" for x in replace]
         reasons += [f"{x}: not known to update in place" for x in unknown] if not replace else []
-        changes[k] = Change(k, new[k]["type"], new[k]["name"], kind, diffs, reasons)
+        changes[k] = Change(
+            k, new[k]["type"], new[k]["name"], kind, diffs, reasons=reasons, dependencies=deps, options=options
+        )
+    _propagate_replacements(changes, old, new)
+    return list(changes.values())
 
-    # A replaced resource gets a new id: whatever refers to it changes with it (and is
-    # replaced when the reference is a replace-on-change input).
+
+def _propagate_replacements(
+    changes: dict[str, Change], old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]
+) -> None:
+    """A replaced resource gets a new id: whatever refers to it changes with it (and is
+    replaced when the reference is a replace-on-change input)."""
     queue = [k for k, c in changes.items() if c.kind == "replaced"]
     seen = set(queue)
     while queue:
@@ -491,6 +533,8 @@ def compare_plans(base: dict[str, Any], head: dict[str, Any]) -> list[Change]:
             if not refs:
                 continue
             c = changes.get(k) or Change(k, r["type"], r["name"], "changed")
+            if c.kind == "engine":
+                c.kind = "changed"
             changes[k] = c
             table = FORCE_NEW.get(r["type"])
             forced = [x for x in refs if table and x in table[0]]
@@ -505,7 +549,6 @@ def compare_plans(base: dict[str, Any], head: dict[str, Any]) -> list[Change]:
             if c.kind == "replaced" and k not in seen:
                 seen.add(k)
                 queue.append(k)
-    return list(changes.values())
 
 
 def _file_tree(render_dir: Path) -> dict[str, Path]:
@@ -558,13 +601,50 @@ def _size(inputs: dict[str, Any]) -> str:
     return "/".join(str(inputs.get(k, "?")) for k in ("minSize", "maxSize", "desiredCapacity"))
 
 
+# What a changed resource option makes the engine do, from its new value (shown JSON).
+_OPTION_NOTES = {
+    "protect": lambda n: (
+        "protect on: a preview that would delete or replace it fails"
+        if n == "true"
+        else "protect off: the engine may now delete or replace it"
+    ),
+    "retain_on_delete": lambda n: (
+        "retain_on_delete on: removing it from the program (or destroy) leaves it in the account"
+        if n == "true"
+        else "retain_on_delete off: removing it from the program deletes it in AWS"
+    ),
+    "ignore_changes": lambda n: f"ignore_changes {n}: after creation the engine no longer sends these inputs",
+    "delete_before_replace": lambda n: (
+        "delete_before_replace on: a replacement deletes the old one before creating the new"
+        if n == "true"
+        else "delete_before_replace off: a replacement creates the new one before deleting the old"
+    ),
+    "replace_on_changes": lambda n: f"replace_on_changes {n}: a change to these inputs replaces it",
+}
+
+
+def _explain_facts(report: StackReport, base: dict[str, Any] | None, head: dict[str, Any] | None) -> None:
+    """Notes on dependency and option changes, and on a base that records neither."""
+    if base is not None and head is not None and has_facts(head) and not has_facts(base):
+        report.notes.append(
+            "the base revision's plans record no dependencies or resource options (an older plan writer): "
+            "only inputs are compared."
+        )
+    for c in report.changes:
+        c.notes += [_OPTION_NOTES[k](n) for k, _, n in c.options if k in _OPTION_NOTES]
+        if c.kind == "engine":
+            c.notes.append("inputs unchanged: AWS sees no call; the engine records the new facts in the stack state.")
+
+
 def explain(report: StackReport, base: dict[str, Any] | None, head: dict[str, Any] | None) -> None:
     """Notes in plain words: FSx, the launch template, group sizes and schedules."""
     old = _custom(base) if base else {}
     new = _custom(head) if head else {}
     if head is not None:
         report.fsx_protected = (head.get("outputs") or {}).get("fsx_protected")
-    for c in report.changes:
+    _explain_facts(report, base, head)
+    # "engine facts only" changes were explained above; their inputs say nothing new.
+    for c in [c for c in report.changes if c.kind != "engine"]:
         if c.type == FSX_TYPE and c.kind in ("replaced", "removed", "may-replace"):
             verb = {"replaced": "REPLACED", "removed": "DELETED", "may-replace": "possibly REPLACED"}[c.kind]
             why = "; ".join(c.reasons) if c.reasons else "it is no longer declared"
@@ -694,13 +774,14 @@ def _stack_report(stack: str, b: Render | None, h: Render | None) -> StackReport
 
 # --- output ---------------------------------------------------------------------------------
 
-_ORDER = {"replaced": 0, "removed": 1, "may-replace": 2, "changed": 3, "added": 4}
+_ORDER = {"replaced": 0, "removed": 1, "may-replace": 2, "changed": 3, "engine": 4, "added": 5}
 _LABEL = {
     "added": "added",
     "removed": "removed",
     "replaced": "replaced",
     "changed": "changed",
     "may-replace": "changed (may replace)",
+    "engine": "engine facts only",
 }
 
 
@@ -713,7 +794,9 @@ def _summary(rep: StackReport) -> str:
     for c in rep.changes:
         counts[c.kind] = counts.get(c.kind, 0) + 1
     parts = [
-        f"{counts[k]} {_LABEL[k]}" for k in ("added", "changed", "may-replace", "replaced", "removed") if k in counts
+        f"{counts[k]} {_LABEL[k]}"
+        for k in ("added", "changed", "may-replace", "replaced", "removed", "engine")
+        if k in counts
     ]
     if rep.files:
         parts.append(f"{len(rep.files)} node file(s) changed")
@@ -751,6 +834,8 @@ def format_text(sha: str, base_ref: str, reports: list[StackReport]) -> str:
             out.append(f"  {_LABEL[c.kind]:<22} {_short_type(c.type)} {c.name}")
             out += [f"      because {r}" for r in c.reasons]
             out += [f"      {p}: {o} -> {n}" for p, o, n in c.inputs]
+            out += [f"      dependency {d}" for d in c.dependencies]
+            out += [f"      option {k}: {o} -> {n}" for k, o, n in c.options]
             out += [f"      note: {n}" for n in c.notes]
         if rep.files:
             out.append("  node files:")
@@ -804,17 +889,21 @@ def _markdown(sha: str, base_ref: str, reports: list[StackReport], files: bool, 
             for c in _sorted(rep.changes):
                 keys = sorted({re.split(r"[.\[]", p, maxsplit=1)[0] for p, _, _ in c.inputs})
                 what = [f"inputs: {', '.join(keys)}"] if keys else []
+                what += [f"dependencies: {', '.join(c.dependencies)}"] if c.dependencies else []
+                what += [f"options: {', '.join(f'{k} {o} -> {n}' for k, o, n in c.options)}"] if c.options else []
                 why = "; ".join(c.reasons + what + c.notes).replace("|", "\\|")
                 label = f"**{_LABEL[c.kind]}**" if c.kind in ("replaced", "removed", "may-replace") else _LABEL[c.kind]
                 out.append(f"| {label} | {_md_code(_short_type(c.type))} | {_md_code(c.name)} | {why} |")
-            changed = [c for c in _sorted(rep.changes) if c.inputs]
+            changed = [c for c in _sorted(rep.changes) if c.inputs or c.dependencies or c.options]
             if changed and not inputs:
                 out += ["", f"Changed inputs left out (comment size limit): `make diff BASE={base_ref}` shows them."]
             if changed and inputs:
-                out += ["", "<details><summary>Changed inputs</summary>", "", "```"]
+                out += ["", "<details><summary>Changed inputs, dependencies and options</summary>", "", "```"]
                 for c in changed:
                     out.append(f"{c.name} ({_short_type(c.type)}):")
                     out += [f"  {p}: {o} -> {n}" for p, o, n in c.inputs]
+                    out += [f"  dependency {d}" for d in c.dependencies]
+                    out += [f"  option {k}: {o} -> {n}" for k, o, n in c.options]
                 out += ["```", "", "</details>"]
         if rep.files and not files:
             out += ["", f"Node files ({len(rep.files)}), diffs left out (comment size limit):", ""]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.block_end import BLOCK_END, _iso, _sh
+from tests.support.block_end import BLOCK_END, _iso, _sh, block_end_tick, publish_block_end, reservation_fields
 from tests.support.boot_sandbox import IDENTITY, Sandbox, _identity_boot, _Imds, needs_root
 from tests.support.slurm_harness import (
     SlurmLayout,
@@ -98,21 +98,7 @@ def cluster(tmp_path):
     c.stop()
 
 
-def _tick(cluster: SlurmTestCluster, fsx_root: Path, margin: str) -> list[str]:
-    """One turn of the agent loop's hook; the logged messages without time stamps."""
-    env = {**cluster.env, "FSX_ROOT": str(fsx_root), "BLOCK_END_MARGIN_MINUTES": margin, "GC_STEP": "agent"}
-    out = _sh("block_end_tick", env=env, tz="Asia/Kolkata").stdout
-    return [re.sub(r"^\S+ \[agent\] ", "", ln) for ln in out.splitlines()]
-
-
-def _publish(fsx_root: Path, block: str, end: int) -> None:
-    (fsx_root / "blocks").mkdir(parents=True, exist_ok=True)
-    (fsx_root / "blocks" / f"{block}.end").write_text(_iso(end) + "\n")
-
-
-def _reservation(cluster: SlurmTestCluster, name: str) -> dict[str, str]:
-    out = cluster.run("scontrol", "-o", "show", "reservation", name).stdout
-    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+_tick, _publish, _reservation = block_end_tick, publish_block_end, reservation_fields
 
 
 def _slurm_epoch(cluster: SlurmTestCluster, value: str) -> int:
@@ -153,21 +139,21 @@ def _dead_node(cluster: SlurmTestCluster, name: str, features: str, addr: str, r
 def test_reservation_lets_a_fitting_job_run_and_keeps_a_crossing_one_waiting(cluster, tmp_path):
     me, fsx_root = host_short_name(), tmp_path / "fsx"
     now = int(time.time())
-    end = now + 30 * 60 + 4 * 60  # window starts in 4 minutes
-    start = end - 30 * 60
+    end = now + 31 * 60 + 4 * 60  # window starts in 4 minutes
+    start = end - 31 * 60
     _publish(fsx_root, "a", end)
 
-    said = _tick(cluster, fsx_root, "30")
+    said = _tick(cluster, fsx_root, "31")
     assert len(said) == 1 and re.fullmatch(
         rf"created reservation block-a-end on {me} from {_iso(start)} to {_iso(end)} "
-        rf"\(capacity block a ends {_iso(end)}, margin 30 min\)",
+        rf"\(capacity block a ends {_iso(end)}, margin 31 min\)",
         said[0],
     ), said
     res = _reservation(cluster, "block-a-end")
     assert set(res["Flags"].split(",")) == {"MAINT", "IGNORE_JOBS", "SPEC_NODES"}
     assert (res["Nodes"], res["Users"], res["State"]) == (me, "root", "INACTIVE")
     assert (_slurm_epoch(cluster, res["StartTime"]), _slurm_epoch(cluster, res["EndTime"])) == (start, end)
-    assert _tick(cluster, fsx_root, "30") == []  # idempotent
+    assert _tick(cluster, fsx_root, "31") == []  # idempotent
     # Drained by us for an earlier end, still alive: the block was extended.
     earlier = end - 3600
     cluster.run(
@@ -177,7 +163,7 @@ def test_reservation_lets_a_fitting_job_run_and_keeps_a_crossing_one_waiting(clu
         "state=drain",
         f"reason=capacity block a ends {_iso(earlier)} (EC2 terminates at {_iso(earlier - 1800)})",
     )
-    assert _tick(cluster, fsx_root, "30") == [f"resumed {me}: capacity block a now ends {_iso(end)}"]
+    assert _tick(cluster, fsx_root, "31") == [f"resumed {me}: capacity block a now ends {_iso(end)}"]
     # (Slurm flags a resumed node "not responding" until its next ping.)
     wait_for(lambda: _node(cluster, me) == ("idle", "none"), 30, f"{me} to be idle again", interval=1)
 
@@ -196,14 +182,14 @@ def test_reservation_lets_a_fitting_job_run_and_keeps_a_crossing_one_waiting(clu
 
     # A node joining the block goes into the reservation; a margin change moves the window.
     _dead_node(cluster, "ip-10-0-0-99", "block-a,local-test", "192.0.2.1", "Not responding")
-    said = _tick(cluster, fsx_root, "31")
+    said = _tick(cluster, fsx_root, "32")
     want = ",".join(sorted([me, "ip-10-0-0-99"]))
     assert said == [
         f"reservation block-a-end: nodes {me} -> {want}",
-        f"reservation block-a-end: window moved to {_iso(end - 31 * 60)} .. {_iso(end)}",
+        f"reservation block-a-end: window moved to {_iso(end - 32 * 60)} .. {_iso(end)}",
     ]
     res = _reservation(cluster, "block-a-end")
-    assert _slurm_epoch(cluster, res["StartTime"]) == end - 31 * 60
+    assert _slurm_epoch(cluster, res["StartTime"]) == end - 32 * 60
     assert sorted(cluster.run("scontrol", "show", "hostnames", res["Nodes"]).stdout.split()) == want.split(",")
 
     # Control: without the reservation the crossing job starts at once.
@@ -222,7 +208,7 @@ def test_window_started_drains_the_block_and_spares_running_jobs(cluster, tmp_pa
     _publish(fsx_root, "a", end)
     reason = f"capacity block a ends {_iso(end)} (EC2 terminates at {_iso(end - 30 * 60)})"
 
-    said = _tick(cluster, fsx_root, "30")
+    said = _tick(cluster, fsx_root, "31")
     assert len(said) == 2, said
     assert re.fullmatch(rf"created reservation block-a-end on {me} from \S+ to {_iso(end)} .*", said[0]), said
     assert said[1] == f"drained {me}: {reason}"
@@ -235,7 +221,7 @@ def test_window_started_drains_the_block_and_spares_running_jobs(cluster, tmp_pa
     late = _sbatch(cluster, "--time=1")
     time.sleep(3)
     assert _job(cluster, late)[0] == "PENDING"
-    assert _tick(cluster, fsx_root, "30") == []  # idempotent: no second drain, no new reservation
+    assert _tick(cluster, fsx_root, "31") == []  # idempotent: no second drain, no new reservation
 
 
 @pytest.mark.slurm
@@ -269,12 +255,12 @@ def test_after_the_end_the_blocks_silent_nodes_are_deleted(cluster, tmp_path):
         return {ln.split("|")[0] for ln in out if ln.endswith("*")} == silent
 
     wait_for(all_silent, 60, "slurmctld to mark the gone nodes as not responding", interval=1)
-    assert _tick(cluster, fsx_root, "30") == ["capacity block a is over: deleted its terminated nodes ip-10-0-0-97"]
+    assert _tick(cluster, fsx_root, "31") == ["capacity block a is over: deleted its terminated nodes ip-10-0-0-97"]
     nodes = set(cluster.run("sinfo", "-h", "-N", "-o", "%N").stdout.split())
     assert nodes == {me} | silent - {"ip-10-0-0-97"}
     assert _node(cluster, me) == ("drained", old)
     assert cluster.run("scontrol", "show", "reservation", check=False).stdout.strip() == "No reservations in the system"
-    assert _tick(cluster, fsx_root, "30") == []
+    assert _tick(cluster, fsx_root, "31") == []
 
 
 @pytest.mark.localcluster
@@ -360,10 +346,10 @@ def test_an_extension_published_by_the_program_moves_the_started_window_and_resu
     publishes the extended end in the block-ends object; the next tick reads it, replaces
     the reservation by the new window and resumes the node. Nothing is restarted."""
     me, fsx_root = host_short_name(), tmp_path / "fsx"
-    old = int(time.time()) + 29 * 60  # the old end: its window (margin 30) has started
+    old = int(time.time()) + 29 * 60  # the old end: its window (margin 31) has started
     _publish(fsx_root, "a", old)  # what the node's GpuClusterBlockEnd tag said at boot
     old_reason = f"capacity block a ends {_iso(old)} (EC2 terminates at {_iso(old - 30 * 60)})"
-    said = _tick(cluster, fsx_root, "30")
+    said = _tick(cluster, fsx_root, "31")
     assert said[-1] == f"drained {me}: {old_reason}", said
     assert _reservation(cluster, "block-a-end")["State"] == "ACTIVE"
     assert _node(cluster, me)[1] == old_reason
@@ -375,7 +361,7 @@ def test_an_extension_published_by_the_program_moves_the_started_window_and_resu
     env = {
         **cluster.env,
         "FSX_ROOT": str(fsx_root),
-        "BLOCK_END_MARGIN_MINUTES": "30",
+        "BLOCK_END_MARGIN_MINUTES": "31",
         "GC_STEP": "agent",
         "CLUSTER_NAME": "blockend",
         "BLOCK_ENDS_URI": f"file://{obj}",
@@ -385,13 +371,13 @@ def test_an_extension_published_by_the_program_moves_the_started_window_and_resu
     assert said == [
         f"reading the published block ends from file://{obj} (1 block(s))",
         f"capacity block a ({CR}) ends {_iso(new)}, not {_iso(old)}: from file://{obj}, written to {fsx_root}/blocks/a.end",
-        f"reservation block-a-end: started window replaced by {_iso(new - 30 * 60)} .. {_iso(new)} "
+        f"reservation block-a-end: started window replaced by {_iso(new - 31 * 60)} .. {_iso(new)} "
         f"(the block's end moved to {_iso(new)})",
         f"resumed {me}: capacity block a now ends {_iso(new)}",
     ]
     res = _reservation(cluster, "block-a-end")
     assert res["State"] == "INACTIVE"
-    assert (_slurm_epoch(cluster, res["StartTime"]), _slurm_epoch(cluster, res["EndTime"])) == (new - 30 * 60, new)
+    assert (_slurm_epoch(cluster, res["StartTime"]), _slurm_epoch(cluster, res["EndTime"])) == (new - 31 * 60, new)
     assert set(res["Flags"].split(",")) == {"MAINT", "IGNORE_JOBS", "SPEC_NODES"} and res["Nodes"] == me
     wait_for(lambda: _node(cluster, me) == ("idle", "none"), 30, f"{me} to be idle again", interval=1)
     # The node takes work again: a job that ends well before the new window runs.

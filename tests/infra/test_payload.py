@@ -66,3 +66,33 @@ def test_node_files_rendered_once_from_fsx_endpoint_and_payload_bucket():
     )
     assert run.value.user_data == want.user_data
     assert run.value.s3_payload == want.s3_payload
+
+
+def test_payload_object_carries_at_most_ten_tags():
+    """S3 takes at most 10 tags per object [S3-OBJ-TAGS]; the config accepts 44 user tags
+    (50 minus the program's). The object gets GpuClusterName, then the user's tags in key
+    order until 10; the bucket keeps them all."""
+    from model.cluster_tags import MAX_OBJECT_TAGS
+    from tests.support.mocks import run_program
+
+    raw = valid_raw()
+    raw["tags"] = {f"team-{i:02d}": f"v{i}" for i in range(44)}
+    run = run_program(raw)
+    objects = run.of_type("aws:s3/bucketObjectv2:BucketObjectv2")
+    # Every object the program writes (the payload, the published block ends) is within S3's limit.
+    assert objects and all(len(o["inputs"].get("tags") or {}) <= 10 for o in objects)
+    (obj,) = [o for o in objects if o["inputs"]["key"].startswith("payload/")]
+    tags = obj["inputs"]["tags"]
+    assert len(tags) == MAX_OBJECT_TAGS == 10
+    assert sorted(tags) == ["GpuClusterName", *(f"team-{i:02d}" for i in range(9))]
+    assert tags["GpuClusterName"] == "t1"
+    (bucket,) = run.of_type("aws:s3/bucket:Bucket")
+    assert len(bucket["inputs"]["tags"]) == 45
+
+
+def test_object_tags_keeps_small_sets_whole():
+    from model.cluster_tags import object_tags
+
+    tags = {"team": "ml", "GpuClusterName": "c1", "cost-center": "42"}
+    assert object_tags(tags) == {"GpuClusterName": "c1", "cost-center": "42", "team": "ml"}
+    assert list(object_tags(tags)) == ["GpuClusterName", "cost-center", "team"]

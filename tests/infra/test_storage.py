@@ -206,3 +206,22 @@ def test_linked_scratch2_has_no_backups():
     for key in ("automaticBackupRetentionDays", "dailyAutomaticBackupStartTime", "copyTagsToBackups"):
         assert key not in fs
     assert fs["skipFinalBackup"] is True and protect is False
+
+
+def test_file_system_depends_on_every_self_rule_of_its_group():
+    """FSx refuses creation while port 988 is closed [FSX-SG-FAIL], and the group starts
+    with no rules [PA-SG]: the file system is created only after the self rules that
+    open the Lustre ports, not merely after the group (which let the engine create the
+    file system and the rules at once: aws-parallelcluster hit the same race [PC-6181])."""
+    from tests.support.mocks import run_program, valid_raw
+
+    run = run_program(valid_raw())
+    rules = [
+        r
+        for r in run.resources
+        if r["type"].startswith("aws:vpc/securityGroup") and r["inputs"].get("referencedSecurityGroupId")
+    ]
+    assert sorted(r["name"] for r in rules) == ["t1-self-in", "t1-self-out"]
+    (fs,) = run.of_type(FS)
+    for rule in rules:
+        assert run.urns[f"{rule['name']}|{rule['type']}"] in fs["dependencies"], rule["name"]

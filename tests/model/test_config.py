@@ -202,7 +202,15 @@ INVALID = [
         "margin-below-ec2-lead",
         [("capacity.block_end_margin_minutes", 29)],
         f"{R}.capacity.block_end_margin_minutes",
-        "use at least 30",
+        "use at least 31",
+    ),
+    (
+        # AWS: scale in *more than* 30 minutes before the end [ASG-CB]; 30 meets EC2's
+        # own terminations.
+        "margin-equal-to-ec2-lead",
+        [("capacity.block_end_margin_minutes", 30)],
+        f"{R}.capacity.block_end_margin_minutes",
+        "AWS asks to scale a Capacity Block's group to zero more than 30 minutes before the end; use at least 31",
     ),
     (
         "margin-on-demand",

@@ -98,7 +98,6 @@ def test_a_first_up_close_to_the_start_sends_no_past_start_time():
     assert w.violations == []
 
 
-@pytest.mark.xfail(strict=True, reason="fixed by item 6 (helper A: at most 10 payload-object tags)")
 def test_the_payload_object_carries_at_most_ten_tags():
     tags = {f"team{i}": "ml" for i in range(10)}  # 10 user tags + the cluster tag = 11
     w = play(_world(), [(A_START - D / 2, "up", cluster([_a()], tags=tags))], A_START)

@@ -57,13 +57,27 @@ def test_block_end_epoch_refuses_anything_else(value):
     [
         ("", 40, ""),
         ("45", 45, ""),
-        ("30", 30, ""),
-        ("29", 30, "BLOCK_END_MARGIN_MINUTES=29 is below EC2's 30-minute termination lead; using 30"),
-        ("08", 30, "BLOCK_END_MARGIN_MINUTES=08 is below EC2's 30-minute termination lead; using 30"),
+        ("31", 31, ""),
+        # AWS: scale in *more than* 30 minutes before the end [ASG-CB].
+        (
+            "30",
+            31,
+            "BLOCK_END_MARGIN_MINUTES=30 is not more than EC2's 30-minute termination lead (AWS asks for more than 30); using 31",
+        ),
+        (
+            "29",
+            31,
+            "BLOCK_END_MARGIN_MINUTES=29 is not more than EC2's 30-minute termination lead (AWS asks for more than 30); using 31",
+        ),
+        (
+            "08",
+            31,
+            "BLOCK_END_MARGIN_MINUTES=08 is not more than EC2's 30-minute termination lead (AWS asks for more than 30); using 31",
+        ),
         ("forty", 40, "BLOCK_END_MARGIN_MINUTES='forty' is not a whole number of minutes; using 40"),
     ],
 )
-def test_margin_defaults_to_40_and_never_goes_below_30(value, margin, said):
+def test_margin_defaults_to_40_and_never_goes_below_31(value, margin, said):
     r = _sh(f"block_end_margin '{value}'")
     assert (r.stdout, r.stderr.strip()) == (f"{margin}\n", said)
 

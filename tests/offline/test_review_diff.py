@@ -242,8 +242,10 @@ def test_markdown_comment(changed):
     assert lines[dev + 2 : dev + 5] == [
         "| change | type | name | why |",
         "|---|---|---|---|",
+        # allow_replace lifts protect: the review says so (the plan records resource options).
         "| **replaced** | `LustreFileSystem` | `dev-lustre` | deploymentType cannot change in place; "
-        "inputs: deploymentType, perUnitStorageThroughput, tags |",
+        "inputs: deploymentType, perUnitStorageThroughput, tags; options: protect true -> false; "
+        "protect off: the engine may now delete or replace it |",
     ]
     assert "<details><summary>changed <code>node:/opt/gpu-cluster/steps/80-limits.sh</code></summary>" in lines
     assert "+# review fixture: a changed step" in lines

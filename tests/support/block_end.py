@@ -46,3 +46,27 @@ def _sh(
         check=check,
         timeout=timeout,
     )
+
+
+def block_end_tick(cluster, fsx_root: Path, margin: str) -> list[str]:
+    """One turn of the controller's agent-loop hook against a real slurmctld
+    (`cluster`: a tests.support.slurm_harness.SlurmTestCluster); the logged messages
+    without time stamps. Run in another time zone than the harness, so a local/UTC mixup
+    shows."""
+    import re
+
+    env = {**cluster.env, "FSX_ROOT": str(fsx_root), "BLOCK_END_MARGIN_MINUTES": margin, "GC_STEP": "agent"}
+    out = _sh("block_end_tick", env=env, tz="Asia/Kolkata").stdout
+    return [re.sub(r"^\S+ \[agent\] ", "", ln) for ln in out.splitlines()]
+
+
+def publish_block_end(fsx_root: Path, block: str, end: int) -> None:
+    """What step 50 leaves on /fsx: the block's end, read by the controller's pass."""
+    (fsx_root / "blocks").mkdir(parents=True, exist_ok=True)
+    (fsx_root / "blocks" / f"{block}.end").write_text(_iso(end) + "\n")
+
+
+def reservation_fields(cluster, name: str) -> dict[str, str]:
+    """`scontrol -o show reservation NAME` as a dict."""
+    out = cluster.run("scontrol", "-o", "show", "reservation", name).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)

@@ -24,8 +24,12 @@
 #   block under an old name); when it cannot be read, the files stay (block_end_fetch).
 # Flags [SLURM-RESV]: MAINT (may overlap other reservations, accounted as maintenance)
 # and IGNORE_JOBS (creating it must not fail because a running job would cross: that
-# job is lost anyway). Slurm adds SPEC_NODES by itself for an explicit node list (22.05
-# documents it as output only). Users=root: a reservation needs an owner, and nobody is
+# job is lost anyway). MAINT is also why users' own reservations on the block's nodes
+# (MAINT windows or ordinary ones) never stop ours being created or moved; the pass
+# only ever reads, creates or updates the reservation named block-<block>-end, never
+# another one, so there is no kill/relaunch loop as in [PC-7465]
+# (tests/daemons/test_block_end_user_reservations.py). Slurm adds SPEC_NODES by itself
+# for an explicit node list (22.05 documents it as output only). Users=root: a reservation needs an owner, and nobody is
 # meant to use it. A job held back shows "ReqNodeNotAvail, May be reserved for other
 # job" in squeue (Slurm 22.05).
 # Times handed to scontrol are local wall-clock times (scontrol reads them in the
@@ -34,7 +38,10 @@
 # common.sh (log, atomic_write) sourced before this file.
 
 BLOCK_END_MARGIN_DEFAULT=40
-BLOCK_END_MARGIN_MIN=30 # EC2's own termination lead: a smaller margin protects nothing
+# AWS: scale in "more than 30 minutes before the Capacity Block reservation end time"
+# [ASG-CB]; at 30 the window starts as EC2's own terminations do. Same minimum as the
+# program's capacity.block_end_margin_minutes (model/capacity.py).
+BLOCK_END_MARGIN_MIN=31
 BLOCK_END_EC2_LEAD=30   # minutes before the end at which EC2 terminates instances
 BLOCK_END_TIMEOUT=${BLOCK_END_TIMEOUT:-30} # seconds, per Slurm client call
 
@@ -52,7 +59,7 @@ block_end_iso() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%SZ; }
 # block_end_slurm_time EPOCH: the local wall-clock time scontrol expects.
 block_end_slurm_time() { date -d "@$1" +%Y-%m-%dT%H:%M:%S; }
 
-# block_end_margin [minutes]: the margin in minutes; default 40, never below 30.
+# block_end_margin [minutes]: the margin in minutes; default 40, never below 31.
 # A bad value is reported on stderr and replaced, so the protection never turns off.
 block_end_margin() {
   local m=${1:-$BLOCK_END_MARGIN_DEFAULT}
@@ -60,7 +67,7 @@ block_end_margin() {
     echo "BLOCK_END_MARGIN_MINUTES='$m' is not a whole number of minutes; using $BLOCK_END_MARGIN_DEFAULT" >&2
     m=$BLOCK_END_MARGIN_DEFAULT
   elif ((10#$m < BLOCK_END_MARGIN_MIN)); then
-    echo "BLOCK_END_MARGIN_MINUTES=$m is below EC2's $BLOCK_END_MARGIN_MIN-minute termination lead; using $BLOCK_END_MARGIN_MIN" >&2
+    echo "BLOCK_END_MARGIN_MINUTES=$m is not more than EC2's $BLOCK_END_EC2_LEAD-minute termination lead (AWS asks for more than $BLOCK_END_EC2_LEAD); using $BLOCK_END_MARGIN_MIN" >&2
     m=$BLOCK_END_MARGIN_MIN
   fi
   printf '%d\n' "$((10#$m))"
