@@ -345,6 +345,6 @@ def test_bytes_do_not_depend_on_blocks_or_reservations():
             "availability_zone": "us-east-2b",
         },
     ]
-    cfg = config(100, capacity={"nodes": 100, "capacity_blocks": blocks})
+    cfg = config(100, capacity={"nodes": 100, "capacity_blocks": blocks}, controller={"block": "b"})
     nf = render_userdata(cfg, CATALOG["p5.48xlarge"], FSX, URI)
     assert nf.user_data == rendered().user_data and nf.s3_payload == rendered().s3_payload
