@@ -110,7 +110,7 @@ def cluster_env(cfg, spec: InstanceSpec, fsx: FsxEndpoint, registries: RegistryA
     Nothing per node and nothing depending on the node count (that comes from the
     GpuClusterNodes tag at boot)."""
     values = _base_env(cfg, spec, fsx) + _install_env(cfg, spec)
-    values += hook_env(cfg)
+    values += hook_env(cfg) + controller_env(cfg)
     if registries is not None:
         values += registry_env()
     lines = [
@@ -176,6 +176,13 @@ def _install_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
         ("VALIDATION_JOB", layout.VALIDATION_JOB),
         ("VALIDATION_WAIT_MINUTES", cfg.validation.wait_for_nodes_minutes),
     ]
+
+
+def controller_env(cfg) -> list[tuple[str, object]]:
+    """cluster.env: the controller is its own CPU instance (controller.placement
+    dedicated): it runs slurmctld only, no slurmd, no job runtime (steps 50, 60, 80, 85).
+    Only then, so a stack with the default placement gets the same bytes as before."""
+    return [("CONTROLLER_DEDICATED", 1)] if cfg.controller.dedicated else []
 
 
 def hook_env(cfg) -> list[tuple[str, object]]:

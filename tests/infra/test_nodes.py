@@ -261,7 +261,11 @@ def test_dedicated_controller_group_is_on_demand_from_its_own_template():
     assert (ctl["minSize"], ctl["maxSize"], ctl["desiredCapacity"]) == (1, 1, 1)
     assert ctl["vpcZoneIdentifiers"] == ["subnet-0abc"]
     tags = {t["key"]: t["value"] for t in ctl["tags"]}
-    assert (tags["GpuClusterRole"], tags["GpuClusterBlock"], tags["GpuClusterNodes"]) == ("controller", "on-demand", "8")
+    assert (tags["GpuClusterRole"], tags["GpuClusterBlock"], tags["GpuClusterNodes"]) == (
+        "controller",
+        "on-demand",
+        "8",
+    )
     assert "GpuClusterBlockEnd" not in tags
     assert run.inputs(ASG, "c1-block-a")["desiredCapacity"] == 8
     # no scheduled action follows a block for the controller: it outlives every block

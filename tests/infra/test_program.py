@@ -362,7 +362,9 @@ def test_dev_controller_has_its_own_template_and_role_with_the_workers_settings(
     workers, ctl = dev.inputs(LT, "dev-lt"), dev.inputs(LT, "dev-controller-lt")
     assert ctl["name"] == "gpu-cluster-dev-controller" and workers["name"] == "gpu-cluster-dev"
     assert ctl["description"] == "gpu-cluster dev p5.48xlarge controller"
-    assert ctl["iamInstanceProfile"]["arn"].startswith("arn:aws:iam::123456789012:instance-profile/dev-controller-profile")
+    assert ctl["iamInstanceProfile"]["arn"].startswith(
+        "arn:aws:iam::123456789012:instance-profile/dev-controller-profile"
+    )
     same = {k: v for k, v in ctl.items() if k not in ("name", "description", "iamInstanceProfile")}
     assert same == {k: v for k, v in workers.items() if k not in ("name", "description", "iamInstanceProfile")}
     role = dev.inputs("aws:iam/role:Role", "dev-controller-role")
@@ -407,7 +409,11 @@ def test_dedicated_controller_group_and_block_sizes(dedicated):
     assert (ctl["minSize"], ctl["maxSize"], ctl["desiredCapacity"]) == (1, 1, 1)  # on demand: now
     assert ctl["vpcZoneIdentifiers"] == ["subnet-0a1b2c3d4e5f60718"]
     tags = {t["key"]: t["value"] for t in ctl["tags"]}
-    assert (tags["GpuClusterRole"], tags["GpuClusterBlock"], tags["GpuClusterNodes"]) == ("controller", "on-demand", "2")
+    assert (tags["GpuClusterRole"], tags["GpuClusterBlock"], tags["GpuClusterNodes"]) == (
+        "controller",
+        "on-demand",
+        "2",
+    )
     assert "GpuClusterBlockEnd" not in tags
     # the block keeps both of its nodes, and only its own group follows its dates
     block = dedicated.inputs(ASG, "dev-block-a")
