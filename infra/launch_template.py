@@ -37,7 +37,7 @@ from infra.component import Component
 from infra.efa import interface_layout
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig
-from model.preflight import controller_launch_template_name, launch_template_name
+from model.preflight import launch_template_name
 from model.root_volume import RootVolumeConfig
 
 # Ubuntu DLAMI root device.
@@ -149,7 +149,7 @@ class NodeLaunchTemplate(Component):
         instance_type = args.dedicated_instance_type or args.spec.name
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            name=controller_launch_template_name(base) if args.controller else launch_template_name(base),
+            name=launch_template_name(base, args.controller),
             description=f"gpu-cluster {args.cluster_name} {instance_type} {'controller' if args.controller else 'nodes'}",
             image_id=args.image_id,
             instance_type=instance_type,

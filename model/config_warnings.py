@@ -6,6 +6,8 @@ Printed (never fatal) wherever the config is loaded: `pulumi preview`/`up`
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from model import aws_rules
 from model.config import ClusterConfig
 from model.paths import loc_to_path
@@ -103,14 +105,14 @@ def node_iam_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
 
 def block_gaps(cfg: ClusterConfig) -> list[tuple[str, str]]:
     """(earlier block, later block) pairs with time between them that no block covers."""
-    dated = sorted((b for b in cfg.capacity.capacity_blocks if b.start and b.end), key=lambda b: b.start)
+    dated = sorted((b.start, b.end, b.name) for b in cfg.capacity.capacity_blocks if b.start and b.end)
     gaps = []
-    covered_until, last = None, None
-    for b in dated:
-        if covered_until is not None and b.start > covered_until:
-            gaps.append((last.name, b.name))
-        if covered_until is None or b.end > covered_until:
-            covered_until, last = b.end, b
+    covered: tuple[datetime, str] | None = None  # the latest end so far, and its block
+    for start, end, name in dated:
+        if covered is not None and start > covered[0]:
+            gaps.append((covered[1], name))
+        if covered is None or end > covered[0]:
+            covered = (end, name)
     return gaps
 
 
