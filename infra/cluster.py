@@ -240,12 +240,17 @@ def _node_payload(
     return _NodePayload(bucket, payload, block_ends, node_files, user_data_b64, registry_policy)
 
 
-def _node_identity(cfg: ClusterConfig, node: _NodePayload, tags: dict[str, str]) -> NodeIdentity:
+def _node_identity(
+    cfg: ClusterConfig, node: _NodePayload, tags: dict[str, str], controller: bool = False
+) -> NodeIdentity:
+    """The workers' role, or (`controller`) the controller's own role with the same grants
+    today: permissions only the controller needs go on this one alone (model/controller.py)."""
     extra = cfg.node_iam.statements
     return NodeIdentity(
-        cfg.name,
+        f"{cfg.name}-controller" if controller else cfg.name,
         NodeIdentityArgs(
             cluster_name=cfg.name,
+            holders="controller" if controller else "GPU nodes",
             payload_object_arn=node.payload.object_arn,
             block_ends_object_arn=node.block_ends.object_arn if node.block_ends else None,
             tags=tags,
@@ -281,7 +286,42 @@ def _launch_template(
     )
 
 
-def _node_groups(cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, schedule: BlockSchedule) -> NodeGroups:
+def _controller_launch_template(
+    cfg: ClusterConfig,
+    sg: NodeSecurityGroup,
+    identity: NodeIdentity,
+    workers: NodeLaunchTemplate,
+    user_data_b64: pulumi.Output,
+    tags: dict[str, str],
+) -> NodeLaunchTemplate:
+    """The controller's own template: same image and user data, its own profile.
+
+    Colocated, the workers' settings (EFA, market type, their placement group);
+    dedicated, a small CPU type with no EFA, no market options and no placement group."""
+    dedicated = cfg.dedicated_controller
+    return NodeLaunchTemplate(
+        f"{cfg.name}-controller",
+        NodeLaunchTemplateArgs(
+            cluster_name=cfg.name,
+            spec=cfg.spec,
+            image_id=image_id(cfg),
+            security_group_id=sg.security_group_id,
+            instance_profile_arn=identity.instance_profile_arn,
+            user_data_base64=user_data_b64,
+            root_volume=cfg.root_volume,
+            capacity_blocks=cfg.uses_capacity_blocks and not dedicated,
+            tags=tags,
+            aws_name_base=cfg.aws_name_base,
+            controller=True,
+            dedicated_instance_type=cfg.controller.instance_type if dedicated else None,
+            placement_group_name=None if dedicated else workers.placement_group_name,
+        ),
+    )
+
+
+def _node_groups(
+    cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, ctl_lt: NodeLaunchTemplate, schedule: BlockSchedule
+) -> NodeGroups:
     return NodeGroups(
         cfg.name,
         NodeGroupsArgs(
@@ -291,6 +331,8 @@ def _node_groups(cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, sched
             subnet_id=net.subnet_id,
             launch_template_id=lt.launch_template_id,
             launch_template_version=lt.latest_version,
+            controller_launch_template_id=ctl_lt.launch_template_id,
+            controller_launch_template_version=ctl_lt.latest_version,
             schedule=schedule,
             tags=cfg.tags,
             aws_name_base=cfg.aws_name_base,
@@ -307,6 +349,8 @@ class _Declared:
     fsx: FileSystem
     node: _NodePayload
     lt: NodeLaunchTemplate
+    ctl_lt: NodeLaunchTemplate
+    ctl_identity: NodeIdentity
     nodes: NodeGroups
 
 
@@ -327,6 +371,10 @@ def _stack_outputs(cfg: ClusterConfig, region: str, schedule: BlockSchedule, d: 
         "fsx_mount_name": d.fsx.mount_name,
         "launch_template_id": d.lt.launch_template_id,
         "launch_template_version": d.lt.latest_version,
+        "controller_placement": cfg.controller.placement,
+        "controller_launch_template_id": d.ctl_lt.launch_template_id,
+        "controller_launch_template_version": d.ctl_lt.latest_version,
+        "controller_role_name": d.ctl_identity.role_name,
         "node_groups": {
             g.name: group_output(g, asg_names[g.name], schedule) for g in cfg.node_groups() if g.name in asg_names
         },
@@ -368,8 +416,10 @@ def build(
     node = _node_payload(cfg, region, fsx, registry_passwords or {}, tags)
     identity = _node_identity(cfg, node, tags)
     lt = _launch_template(cfg, sg, identity, node.user_data_b64, tags)
+    ctl_identity = _node_identity(cfg, node, tags, controller=True)
+    ctl_lt = _controller_launch_template(cfg, sg, ctl_identity, lt, node.user_data_b64, tags)
     # Time enters once: the groups and the outputs read the same schedule.
     schedule = cluster_schedule(cfg, now)
-    nodes = _node_groups(cfg, net, lt, schedule)
-    outputs = _stack_outputs(cfg, region, schedule, _Declared(net, sg, fsx, node, lt, nodes))
+    nodes = _node_groups(cfg, net, lt, ctl_lt, schedule)
+    outputs = _stack_outputs(cfg, region, schedule, _Declared(net, sg, fsx, node, lt, ctl_lt, ctl_identity, nodes))
     return BuildResult(outputs=outputs, node_files=node.node_files)

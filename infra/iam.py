@@ -84,6 +84,10 @@ class NodeIdentityArgs:
     extra_policy: str | None = None
     # containers: ECR pulls and registry secrets (model/registries.py); None: no statement.
     registry_policy: pulumi.Input[str] | None = None
+    # Who wears the role, for its description: the workers' role and the controller's
+    # own role (infra/cluster.py) carry the same grants today; permissions only the
+    # controller needs are added to the controller's role alone.
+    holders: str = "GPU nodes"
 
 
 class NodeIdentity(Component):
@@ -99,7 +103,7 @@ class NodeIdentity(Component):
         role = aws.iam.Role(
             f"{name}-role",
             assume_role_policy=EC2_ASSUME_ROLE_POLICY,
-            description=f"gpu-cluster {args.cluster_name} GPU nodes (SSM access only)",
+            description=f"gpu-cluster {args.cluster_name} {args.holders} (SSM access only)",
             tags=args.tags,
             opts=self.child,
         )

@@ -8,8 +8,14 @@ Reservation specification with a market type on the launch template). So adding 
 adds a group, not a template, and one template version describes every node: a
 rollout is one version number, whatever the number of blocks. On-demand nodes get the
 same template with a cluster placement group instead (instances in a Capacity Block
-are co-located already and take none [CB-USE]). The controller and the workers only differ by the `GpuClusterRole` tag
-their group propagates.
+are co-located already and take none [CB-USE]).
+
+The controller has its own template, always (model/controller.py): its own instance
+profile (permissions only the controller needs go on its role alone), the same image
+and the same user data. Colocated (`controller.placement: block`) it has the workers'
+settings (type, EFA interfaces, market type or the workers' placement group);
+`dedicated` it is a small on-demand CPU type with one plain (ENA) interface, no
+capacity-block market type and no placement group.
 
 Subnets: the interfaces carry no `subnet_id`. The Auto Scaling group places each
 instance in a subnet from its `vpc_zone_identifiers` and every interface of the
@@ -69,9 +75,23 @@ class NodeLaunchTemplateArgs:
     # What the template's fixed name derives from (ClusterConfig.aws_name_base: the stack
     # name under Pulumi); None: the cluster name.
     aws_name_base: str | None = None
+    # The controller's own template: its fixed name and description say so.
+    controller: bool = False
+    # A dedicated controller's CPU type (model/controller.py); None: spec.name with the
+    # EFA layout of `spec`. Set, it has one ENA interface and no market options.
+    dedicated_instance_type: str | None = None
+    # Join an existing placement group (the colocated controller joins the workers').
+    placement_group_name: pulumi.Input[str] | None = None
 
 
-def network_interfaces(spec: InstanceSpec, security_group_id: pulumi.Input[str]) -> list:
+def network_interfaces(spec: InstanceSpec | None, security_group_id: pulumi.Input[str]) -> list:
+    """The spec's EFA layout (infra/efa.py); None: one plain (ENA) interface, no EFA."""
+    if spec is None:
+        return [
+            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                device_index=0, security_groups=[security_group_id], delete_on_termination="true"
+            )
+        ]
     return [
         aws.ec2.LaunchTemplateNetworkInterfaceArgs(
             network_card_index=slot.network_card_index,
@@ -121,15 +141,20 @@ class NodeLaunchTemplate(Component):
             # Capacity Blocks are co-located already and do not take one [CB-USE].
             raise ValueError("a Capacity Block launch template takes no placement group")
 
+        dedicated = args.dedicated_instance_type is not None
+        if dedicated and (args.capacity_blocks or args.placement_group or args.placement_group_name is not None):
+            raise ValueError("a dedicated controller template takes no capacity-block market type or placement group")
         market, placement = self._market_and_placement(name, args)
+        base = args.aws_name_base or args.cluster_name
+        instance_type = args.dedicated_instance_type or args.spec.name
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            name=launch_template_name(args.aws_name_base or args.cluster_name),
-            description=f"gpu-cluster {args.cluster_name} {args.spec.name} nodes",
+            name=launch_template_name(base, args.controller),
+            description=f"gpu-cluster {args.cluster_name} {instance_type} {'controller' if args.controller else 'nodes'}",
             image_id=args.image_id,
-            instance_type=args.spec.name,
+            instance_type=instance_type,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
-            network_interfaces=network_interfaces(args.spec, args.security_group_id),
+            network_interfaces=network_interfaces(None if dedicated else args.spec, args.security_group_id),
             metadata_options=metadata_options(),
             block_device_mappings=[root_device_mapping(args.root_volume)],
             instance_market_options=market,
@@ -156,6 +181,8 @@ class NodeLaunchTemplate(Component):
         self.placement_group_name: pulumi.Output[str] | None = None
         if args.capacity_blocks:
             return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block"), None
+        if args.placement_group_name is not None:
+            return None, aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group_name)
         if not args.placement_group:
             return None, None
         pg = aws.ec2.PlacementGroup(

@@ -8,6 +8,10 @@ Why Auto Scaling groups rather than one `aws.ec2.Instance` per node:
   - ASGs are the documented way to launch into a Capacity Block [ASG-CB];
     one group per block, because a group targets one block.
 
+The controller group launches from the controller's own template, every other group
+from the workers' (infra/launch_template.py). A dedicated controller's group
+(controller.placement: dedicated) is on demand, in the same subnet, with no block.
+
 The group pins the template's latest version number (Capacity Block groups must pin one,
 [ASG-CB]). A new template version therefore changes only the version the group launches
 *new* instances with; running instances keep running until someone replaces them on
@@ -83,6 +87,9 @@ class NodeGroupsArgs:
     subnet_id: pulumi.Input[str]
     launch_template_id: pulumi.Input[str]
     launch_template_version: pulumi.Input[int]
+    # The controller group launches from the controller's own template (infra/cluster.py).
+    controller_launch_template_id: pulumi.Input[str]
+    controller_launch_template_version: pulumi.Input[int]
     # The run's one schedule (model/schedule.py cluster_schedule), also read by the stack
     # outputs; required with Capacity Blocks: it decides started / not started.
     schedule: BlockSchedule | None = None
@@ -107,14 +114,22 @@ class NodeGroups(Component):
 
     def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
-        version = pulumi.Output.from_input(args.launch_template_version).apply(_pinned)
+        templates = {
+            "worker": (args.launch_template_id, pulumi.Output.from_input(args.launch_template_version).apply(_pinned)),
+            "controller": (
+                args.controller_launch_template_id,
+                pulumi.Output.from_input(args.controller_launch_template_version).apply(_pinned),
+            ),
+        }
         self.asg_names = {}
         for g in args.groups:
             if g.size > 0:
-                self.asg_names[g.name] = self._group(name, args, g, version).name
+                self.asg_names[g.name] = self._group(name, args, g, templates[g.role]).name
         self.register_outputs({"asg_names": self.asg_names})
 
-    def _group(self, name: str, args: NodeGroupsArgs, g: NodeGroup, version: pulumi.Output[str]):
+    def _group(
+        self, name: str, args: NodeGroupsArgs, g: NodeGroup, template: tuple[pulumi.Input[str], pulumi.Output[str]]
+    ):
         capacity = None
         sched = GroupSchedule(g.size, None, None, None)
         if g.block is not None:
@@ -137,7 +152,7 @@ class NodeGroups(Component):
             max_size=size,
             desired_capacity=size,
             vpc_zone_identifiers=[args.subnet_id],
-            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=args.launch_template_id, version=version),
+            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=template[0], version=template[1]),
             capacity_reservation_specification=capacity,
             # EC2 status checks: a stopped, impaired or reclaimed instance is replaced.
             health_check_type="EC2",

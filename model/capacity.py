@@ -101,7 +101,11 @@ class CapacityBlock(Strict):
 
 
 class CapacityConfig(Strict):
-    nodes: int = Field(ge=2, le=4096, description="GPU nodes in the cluster (one of them is the controller).")
+    nodes: int = Field(
+        ge=2,
+        le=4096,
+        description="GPU nodes in the cluster (with controller.placement `block`, one of them is the controller).",
+    )
     capacity_blocks: tuple[CapacityBlock, ...] = Field(
         (), description="Capacity Blocks to place nodes in; empty for on-demand."
     )
@@ -137,25 +141,30 @@ class NodeGroup:
         return f"NodeGroup({self.name!r}, {self.role!r}, {self.size}, {self.block and self.block.name!r})"
 
 
-def node_groups(capacity: CapacityConfig) -> list[NodeGroup]:
+def node_groups(capacity: CapacityConfig, dedicated: bool = False, host: str | None = None) -> list[NodeGroup]:
     """Nodes per group: the controller group (1 node) first, then workers per block.
 
-    Blocks fill in the order given; the controller takes its node from the first
-    block so every node shares one template and one image (one GPU node doubles
-    as the controller).
+    Blocks fill in the order given. `dedicated` (controller.placement): the controller
+    is its own on-demand instance, so every block keeps its whole fill. Otherwise the
+    controller takes one node from the block named `host` (model/controller.py
+    `controller_block`; None: the first block), so a colocated controller shares the
+    workers' template settings and image (one GPU node doubles as the controller). The
+    host is a name, not a position: dropping another block never moves the controller.
     """
     groups: list[NodeGroup] = []
-    if not capacity.capacity_blocks:
-        groups.append(NodeGroup("controller", "controller", 1, None))
-        groups.append(NodeGroup("workers", "worker", capacity.nodes - 1, None))
-        return groups
+    blocks = capacity.capacity_blocks
+    if not blocks:
+        workers = capacity.nodes if dedicated else capacity.nodes - 1
+        return [NodeGroup("controller", "controller", 1, None), NodeGroup("workers", "worker", workers, None)]
+    host_name = None if dedicated else (host or blocks[0].name)
+    hosting = next((b for b in blocks if b.name == host_name), None)
+    groups.append(NodeGroup("controller", "controller", 1, hosting))
     remaining = capacity.nodes
-    for i, block in enumerate(capacity.capacity_blocks):
+    for block in blocks:
         take = min(remaining, block.instance_count)
         remaining -= take
-        if i == 0:
-            groups.append(NodeGroup("controller", "controller", 1, block))
-            take -= 1
+        if block is hosting:
+            take = max(take - 1, 0)  # a host with no fill: refused by capacity_problems
         groups.append(NodeGroup(f"block-{block.name}", "worker", take, block))
     return groups
 
@@ -189,8 +198,12 @@ def _listed_block_problems(cap: CapacityConfig, zone: str) -> list[tuple[str, st
     return problems
 
 
-def capacity_problems(cap: CapacityConfig, zone: str) -> list[tuple[str, str]]:
-    """The blocks against each other, the network's AZ (`zone`) and the node count."""
+def capacity_problems(
+    cap: CapacityConfig, zone: str, dedicated: bool = False, host: str | None = None
+) -> list[tuple[str, str]]:
+    """The blocks against each other, the network's AZ (`zone`) and the node count.
+
+    `dedicated`, `host`: the controller's placement (node_groups)."""
     problems = _listed_block_problems(cap, zone)
     blocks = cap.capacity_blocks
     if not blocks:
@@ -210,18 +223,33 @@ def capacity_problems(cap: CapacityConfig, zone: str) -> list[tuple[str, str]]:
                 "Capacity Blocks are already co-located and do not take a placement group; remove it",
             )
         )
-    # Filling blocks in order must leave no block empty: an empty ASG in a paid block is
-    # almost always a mistake in the stack file. The first block also holds the
-    # controller, so a first block of one instance with no worker left is fully used.
+    problems += _empty_block_problems(cap, dedicated, host)
+    return problems
+
+
+def _empty_block_problems(cap: CapacityConfig, dedicated: bool, host: str | None) -> list[tuple[str, str]]:
+    """Filling blocks in order must leave no block empty: an empty ASG in a paid block is
+    almost always a mistake in the stack file. A block hosting the controller whose only
+    node is the controller is fully used; a host that gets no node at all cannot host it."""
+    blocks = cap.capacity_blocks
     names = [b.name for b in blocks]
-    for g in node_groups(cap):
-        if g.role == "worker" and g.size == 0 and g.block is not None and len(blocks) > 1 and g.block.name != names[0]:
+    host_name = None if dedicated else (host or names[0])
+    if host_name not in names:
+        return []  # an unknown controller.block: reported by controller_problems
+    problems = []
+    remaining = cap.nodes
+    for i, b in enumerate(blocks):
+        fill = min(remaining, b.instance_count)
+        remaining -= fill
+        if b.name == host_name and fill == 0:
             problems.append(
                 (
-                    _block_path(names.index(g.block.name)),
-                    f"block '{g.block.name}' gets no nodes; remove it or raise capacity.nodes",
+                    _block_path(i),
+                    f"block '{b.name}' hosts the controller but gets no nodes (blocks fill in the order listed); raise capacity.nodes or set controller.block to a block listed earlier",
                 )
             )
+        elif fill == 0 and b.name != host_name and (len(blocks) > 1 or dedicated):
+            problems.append((_block_path(i), f"block '{b.name}' gets no nodes; remove it or raise capacity.nodes"))
     return problems
 
 

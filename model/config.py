@@ -23,6 +23,7 @@ from model.capacity import CapacityConfig, NodeGroup, block_date_problems, capac
 from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES, InstanceSpec
 from model.cluster_tags import tag_problems
 from model.containers import ContainersConfig, containers_problems
+from model.controller import ControllerConfig, controller_block, controller_problems
 from model.errors import ConfigError
 from model.fsx import FsxConfig, fsx_backup_problems, fsx_problems
 from model.hooks import HooksConfig
@@ -50,6 +51,9 @@ class ClusterConfig(Strict):
     instance_type: str = Field(description="GPU instance type from the catalog.")
     network: NetworkConfig = Field(description="Where the nodes live: one subnet in one AZ.")
     capacity: CapacityConfig = Field(description="How many nodes, and which Capacity Blocks hold them.")
+    controller: ControllerConfig = Field(
+        ControllerConfig(), description="Where slurmctld runs: on a block's GPU node, or a dedicated CPU instance."
+    )
     fsx: FsxConfig = Field(FsxConfig(), description="FSx for Lustre mounted at /fsx on every node.")
     image: ImageConfig = Field(ImageConfig(), description="Node image (one image for every node).")
     root_volume: RootVolumeConfig = Field(RootVolumeConfig(), description="Encrypted gp3 root volume.")
@@ -124,16 +128,22 @@ class ClusterConfig(Strict):
             return False
         return self.capacity.placement_group is not False
 
+    @property
+    def dedicated_controller(self) -> bool:
+        return self.controller.dedicated
+
     def node_groups(self) -> list[NodeGroup]:
         """Nodes per group (model/capacity.py `node_groups`): the controller group first."""
-        return node_groups(self.capacity)
+        return node_groups(self.capacity, self.dedicated_controller, controller_block(self.controller, self.capacity))
 
 
 def semantic_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
     """Every section's cross-field rules, in the order the problems have always been listed."""
     net, cap, fsx = cfg.network, cfg.capacity, cfg.fsx
     problems = network_problems(net)
-    problems += capacity_problems(cap, net.availability_zone)
+    ctl = cfg.controller
+    problems += capacity_problems(cap, net.availability_zone, ctl.dedicated, controller_block(ctl, cap))
+    problems += controller_problems(ctl, cap)
     problems += fsx_problems(fsx)
     problems += block_date_problems(cap)
     problems += fsx_backup_problems(fsx)

@@ -6,6 +6,8 @@ Printed (never fatal) wherever the config is loaded: `pulumi preview`/`up`
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from model import aws_rules
 from model.config import ClusterConfig
 from model.paths import loc_to_path
@@ -54,6 +56,7 @@ def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
             )
         )
     out += _protection_warnings(cfg)
+    out += controller_warnings(cfg)
     out += node_iam_warnings(cfg)
     return out
 
@@ -97,4 +100,43 @@ def node_iam_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
             out.append(
                 (path, f"{', '.join(iam)} on Resource '*': IAM and STS rights on every role can escalate to admin")
             )
+    return out
+
+
+def block_gaps(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """(earlier block, later block) pairs with time between them that no block covers."""
+    dated = sorted((b.start, b.end, b.name) for b in cfg.capacity.capacity_blocks if b.start and b.end)
+    gaps = []
+    covered: tuple[datetime, str] | None = None  # the latest end so far, and its block
+    for start, end, name in dated:
+        if covered is not None and start > covered[0]:
+            gaps.append((covered[1], name))
+        if covered is None or end > covered[0]:
+            covered = (end, name)
+    return gaps
+
+
+def controller_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """A colocated controller ends with its block: between blocks there is no queue."""
+    if cfg.controller.dedicated:
+        return []
+    out = [
+        (
+            loc_to_path(("controller", "placement")),
+            f"blocks '{a}' and '{b}' do not overlap and the controller runs on a block node: "
+            "between blocks there is no controller (no squeue, no sbatch, and the next block starts "
+            "with an empty queue): set controller.placement: dedicated",
+        )
+        for a, b in block_gaps(cfg)
+    ]
+    host = next((g.block for g in cfg.node_groups() if g.role == "controller" and g.block is not None), None)
+    later = [b.name for b in cfg.capacity.capacity_blocks if host and host.end and b.end and b.end > host.end]
+    if host is not None and later:
+        out.append(
+            (
+                loc_to_path(("controller", "placement")),
+                f"the controller runs in block '{host.name}', which ends before {', '.join(later)}: from its end "
+                "on the remaining nodes have no controller: set controller.placement: dedicated",
+            )
+        )
     return out

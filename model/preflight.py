@@ -113,9 +113,10 @@ def path(*parts: str | int) -> str:
     return loc_to_path(parts)
 
 
-def launch_template_name(name_base: str) -> str:
-    """The template's name (infra/launch_template.py); `name_base`: ClusterConfig.aws_name_base."""
-    return f"gpu-cluster-{name_base}"
+def launch_template_name(name_base: str, controller: bool = False) -> str:
+    """The workers' (or the controller's own) template's name (infra/launch_template.py);
+    `name_base`: ClusterConfig.aws_name_base."""
+    return f"gpu-cluster-{name_base}-controller" if controller else f"gpu-cluster-{name_base}"
 
 
 def asg_name(name_base: str, group_name: str) -> str:
@@ -125,7 +126,8 @@ def asg_name(name_base: str, group_name: str) -> str:
 
 def fixed_names(cfg: ClusterConfig) -> list[tuple[str, str]]:
     """(kind, name) of every AWS name the program fixes (not auto-named by Pulumi)."""
-    names = [("launch template", launch_template_name(cfg.aws_name_base))]
+    base = cfg.aws_name_base
+    names = [("launch template", launch_template_name(base)), ("launch template", launch_template_name(base, True))]
     # Groups of size 0 get no ASG (infra/nodes.py).
     names += [("Auto Scaling group", asg_name(cfg.aws_name_base, g.name)) for g in cfg.node_groups() if g.size > 0]
     return names

@@ -118,7 +118,7 @@ def cluster_env(
     GpuClusterNodes tag at boot)."""
     values = _base_env(cfg, spec, fsx) + _install_env(cfg, spec)
     values += block_ends_env(block_ends_uri, region)
-    values += hook_env(cfg)
+    values += hook_env(cfg) + controller_env(cfg)
     if registries is not None:
         values += registry_env()
     lines = [
@@ -200,6 +200,13 @@ def block_ends_env(uri: str, region: str) -> list[tuple[str, object]]:
     if not uri:
         return []
     return [("BLOCK_ENDS_URI", uri), ("BLOCK_ENDS_REGION", region), ("BLOCK_ENDS_INTERVAL", BLOCK_ENDS_INTERVAL)]
+
+
+def controller_env(cfg) -> list[tuple[str, object]]:
+    """cluster.env: the controller is its own CPU instance (controller.placement
+    dedicated): it runs slurmctld only, no slurmd, no job runtime (steps 50, 60, 80, 85).
+    Only then, so a stack with the default placement gets the same bytes as before."""
+    return [("CONTROLLER_DEDICATED", 1)] if cfg.controller.dedicated else []
 
 
 def hook_env(cfg) -> list[tuple[str, object]]:

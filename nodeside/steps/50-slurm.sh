@@ -70,6 +70,20 @@ publish_controller() {
   log "published $FSX_ROOT/controller.env ($NODE_NAME, $NODE_ADDR)"
 }
 
+# A dedicated controller (CONTROLLER_DEDICATED=1): slurmctld only. Its hardware is not the
+# GPU node line (so no slurmd -C check) and it registers no node, so it takes no jobs
+# and the hand-off's node count (step 95) is the GPU nodes alone.
+dedicated_controller() {
+  svc_reload
+  if svc_older_than slurmctld /etc/slurm/slurm.conf; then CHANGED=1; fi
+  if ((CHANGED)); then svc restart slurmctld; else svc start slurmctld; fi
+  wait_ctld 120 "slurmctld on this node to answer (scontrol ping)"
+  if svc active slurmd; then svc stop slurmd; fi
+  skip "slurmd (dedicated controller: runs slurmctld only, takes no jobs)"
+  mv -f "$GPU_CLUSTER_STATE/controller.env.using" "$GPU_CLUSTER_STATE/controller.env"
+  log "$NODE_NAME runs slurmctld at $NODE_ADDR (dedicated controller)"
+}
+
 main() {
   local max line state
   load_identity
@@ -94,6 +108,10 @@ main() {
     die "unfilled placeholder left in /etc/slurm/slurm.conf or /etc/default/slurmd"
   fi
   mkdir -p /var/spool/slurmd /var/log/slurm "$FSX_ROOT/slurmctld"
+  if ! runs_slurmd; then
+    dedicated_controller
+    return 0
+  fi
   "$GPU_CLUSTER_HOME/lib/check-slurmd-c.sh" || die "slurmd -C disagrees with the configured node (both lines above)"
   svc_reload
   # A daemon that started before its config was last written runs with the old one

@@ -10,8 +10,9 @@ set -euo pipefail
 . "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
 
 main() {
-  local s services=(munge gpu-cluster-munge-responder slurmd)
+  local s services=(munge gpu-cluster-munge-responder)
   load_identity
+  if runs_slurmd; then services+=(slurmd); fi
   if is_controller; then services+=(slurmctld); fi
   for s in "${services[@]}"; do
     svc enable "$s"
@@ -23,6 +24,13 @@ main() {
     systemctl is-enabled --quiet slurmctld 2>/dev/null; then
     systemctl disable --quiet slurmctld
     log "disabled slurmctld (enabled by its package; this node is a worker)"
+  fi
+  # Likewise slurmd on a dedicated controller: started at boot it would register the
+  # controller as a node and take jobs.
+  if ! runs_slurmd && [[ $GPU_CLUSTER_SERVICE_MANAGER == systemd ]] &&
+    systemctl is-enabled --quiet slurmd 2>/dev/null; then
+    systemctl disable --quiet slurmd
+    log "disabled slurmd (enabled by its package; this node is a dedicated controller)"
   fi
   log "running and enabled: ${services[*]}"
 }

@@ -31,6 +31,7 @@ def two_blocks() -> dict:
             "end": "2026-12-22T11:30:00Z",
         }
     )
+    raw["controller"] = {"block": "a"}  # two blocks name the controller's host block
     return raw
 
 

@@ -296,6 +296,7 @@ def _variants() -> dict[str, tuple[dict, str]]:
     prod, prod_region = load_stack_config("prod")
     on_demand = copy.deepcopy(prod)
     on_demand["capacity"] = {"nodes": 2}
+    on_demand.pop("controller", None)  # prod names its controller's block; no blocks here
     legacy = copy.deepcopy(prod)
     legacy["fsx"] = {
         "deployment_type": "PERSISTENT_1",
@@ -317,10 +318,16 @@ def _variants() -> dict[str, tuple[dict, str]]:
         "statements": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::my-training-data/*"}],
     }
     extended["hooks"] = {"on_node_ready": {"script": "#!/bin/sh\ntrue\n"}}
+    # the controller on its own on-demand CPU instance: its own template without EFA or
+    # block, its own role (the same resource types, other names: iam:PassRole and the
+    # role/profile scopes must cover `*-controller-role-*`)
+    dedicated = copy.deepcopy(prod)
+    dedicated["controller"] = {"placement": "dedicated"}
     return {
         "dev": (dev, dev_region),
         "dev with private registries and node extensions": (extended, dev_region),
         "prod": (prod, prod_region),
+        "prod with a dedicated controller": (dedicated, prod_region),
         "on-demand, created VPC": (on_demand, prod_region),
         "PERSISTENT_1 with an S3 import path": (legacy, prod_region),
     }

@@ -123,6 +123,7 @@ def test_group_names_follow_block_names_not_positions():
             },
         ],
     }
+    raw["controller"] = {"block": "x"}
     names = {r["name"]: r["inputs"]["name"] for r in run_program(raw).of_type(ASG)}
     assert names == {
         # AWS names follow the stack (run_program runs stack dev), logical names the cluster.

@@ -238,8 +238,9 @@ def test_most_managed_policies_accepted():
 def test_program_attaches_exactly_its_declared_policies():
     # The quota check counts program_managed_policy_arns; the role must attach just those.
     run = run_program(valid_raw())
-    own = [r["inputs"]["policyArn"] for r in run.of_type(ATTACH)]
-    assert tuple(own) == program_managed_policy_arns()
+    for role in ("t1-role", "t1-controller-role"):  # the workers' role and the controller's
+        own = [r["inputs"]["policyArn"] for r in run.of_type(ATTACH) if r["inputs"]["role"].startswith(role)]
+        assert tuple(own) == program_managed_policy_arns(), role
 
 
 def test_broad_grants_are_warned_not_refused():
@@ -392,7 +393,14 @@ def test_program_renders_node_iam():
     )
     run = run_program(_raw(node_iam={"managed_policy_arns": [CW], "statements": statements}))
     plain = {(t, n) for t, n in run_program(valid_raw()).custom()}
-    assert set(run.custom()) - plain == {(ATTACH, "t1-policy-CloudWatchAgentServerPolicy"), (POLICY, "t1-node-iam")}
+    # node_iam is today's node grant, so the controller's own role carries it too
+    assert set(run.custom()) - plain == {
+        (ATTACH, "t1-policy-CloudWatchAgentServerPolicy"),
+        (POLICY, "t1-node-iam"),
+        (ATTACH, "t1-controller-policy-CloudWatchAgentServerPolicy"),
+        (POLICY, "t1-controller-node-iam"),
+    }
+    assert run.inputs(POLICY, "t1-controller-node-iam")["policy"] == run.inputs(POLICY, "t1-node-iam")["policy"]
     assert json.loads(run.inputs(POLICY, "t1-node-iam")["policy"]) == {
         "Version": "2012-10-17",
         "Statement": [

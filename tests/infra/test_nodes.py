@@ -55,6 +55,8 @@ def _run(groups, total, version=3, now=NOW, margin=40):
                 subnet_id="subnet-0abc",
                 launch_template_id="lt-0abc",
                 launch_template_version=pulumi.Output.from_input(version),
+                controller_launch_template_id="lt-0ctl",
+                controller_launch_template_version=pulumi.Output.from_input(version + 10),
                 schedule=block_schedule(groups, margin, now) if now is not None else None,
                 tags={"team": "ml"},
             ),
@@ -100,8 +102,10 @@ def test_size_subnet_template_pinned(blocks):
         assert (asg["minSize"], asg["maxSize"], asg["desiredCapacity"]) == (size, size, size)
         assert asg["vpcZoneIdentifiers"] == ["subnet-0abc"]
         # A number, never $Latest/$Default: Capacity Block groups must pin one, and a new
-        # template version must not touch running nodes.
-        assert asg["launchTemplate"] == {"id": "lt-0abc", "version": "3"}
+        # template version must not touch running nodes. The controller group launches
+        # from the controller's own template.
+        want = {"id": "lt-0ctl", "version": "13"} if name == "c1-controller" else {"id": "lt-0abc", "version": "3"}
+        assert asg["launchTemplate"] == want
         assert asg["healthCheckType"] == "EC2"
         assert asg["waitForCapacityTimeout"] == "0"
         assert asg["protectFromScaleIn"] is False
@@ -242,3 +246,27 @@ def test_on_demand_groups_have_no_schedule():
         [NodeGroup("controller", "controller", 1, None), NodeGroup("workers", "worker", 3, None)], total=4, now=None
     )
     assert run.of_type(SCHED) == []
+
+
+def test_dedicated_controller_group_is_on_demand_from_its_own_template():
+    """controller.placement dedicated: the controller group names no block, launches from
+    the controller's template, carries the on-demand block tag; the blocks keep every node."""
+    run = _run(
+        [NodeGroup("controller", "controller", 1, None), NodeGroup("block-a", "worker", 8, A)],
+        total=8,
+    )
+    ctl = run.inputs(ASG, "c1-controller")
+    assert "capacityReservationSpecification" not in ctl
+    assert ctl["launchTemplate"] == {"id": "lt-0ctl", "version": "13"}
+    assert (ctl["minSize"], ctl["maxSize"], ctl["desiredCapacity"]) == (1, 1, 1)
+    assert ctl["vpcZoneIdentifiers"] == ["subnet-0abc"]
+    tags = {t["key"]: t["value"] for t in ctl["tags"]}
+    assert (tags["GpuClusterRole"], tags["GpuClusterBlock"], tags["GpuClusterNodes"]) == (
+        "controller",
+        "on-demand",
+        "8",
+    )
+    assert "GpuClusterBlockEnd" not in tags
+    assert run.inputs(ASG, "c1-block-a")["desiredCapacity"] == 8
+    # no scheduled action follows a block for the controller: it outlives every block
+    assert [n for t, n in run.custom() if t == SCHED] == ["c1-block-a-scale-in"]

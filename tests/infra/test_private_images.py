@@ -297,7 +297,7 @@ def test_role_policy_with_a_list_of_hosts_needs_no_account_lookup():
 
 def test_without_containers_no_registry_statement_call_or_file():
     run = run_program(valid_raw())
-    assert [r["name"] for r in run.of_type(ROLE_POLICY)] == ["t1-payload"]
+    assert [r["name"] for r in run.of_type(ROLE_POLICY)] == ["t1-controller-payload", "t1-payload"]
     assert run.of_type(PARAMETER) == []
     assert "aws:index/getCallerIdentity:getCallerIdentity" not in [c["token"] for c in run.calls]
     assert NEW_FILES.isdisjoint(run.node_files.files)

@@ -38,12 +38,17 @@ def test_dev_resources(dev):
         ("aws:autoscaling/schedule:Schedule", "dev-block-a-scale-out"),
         ("aws:autoscaling/schedule:Schedule", "dev-controller-scale-in"),
         ("aws:autoscaling/schedule:Schedule", "dev-controller-scale-out"),
+        ("aws:ec2/launchTemplate:LaunchTemplate", "dev-controller-lt"),
         ("aws:ec2/launchTemplate:LaunchTemplate", "dev-lt"),
         ("aws:ec2/securityGroup:SecurityGroup", "dev-sg"),
         ("aws:fsx/lustreFileSystem:LustreFileSystem", "dev-lustre"),
+        ("aws:iam/instanceProfile:InstanceProfile", "dev-controller-profile"),
         ("aws:iam/instanceProfile:InstanceProfile", "dev-profile"),
+        ("aws:iam/role:Role", "dev-controller-role"),
         ("aws:iam/role:Role", "dev-role"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-controller-payload"),
         ("aws:iam/rolePolicy:RolePolicy", "dev-payload"),
+        ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "dev-controller-ssm"),
         ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "dev-ssm"),
         ("aws:s3/bucket:Bucket", "dev-payload"),
         ("aws:s3/bucketObjectv2:BucketObjectv2", "dev-block-ends"),
@@ -61,7 +66,9 @@ def test_dev_resources(dev):
         ("gpu-cluster:index:Network", "dev"),
         ("gpu-cluster:index:NodeGroups", "dev"),
         ("gpu-cluster:index:NodeIdentity", "dev"),
+        ("gpu-cluster:index:NodeIdentity", "dev-controller"),
         ("gpu-cluster:index:NodeLaunchTemplate", "dev"),
+        ("gpu-cluster:index:NodeLaunchTemplate", "dev-controller"),
         ("gpu-cluster:index:NodeSecurityGroup", "dev"),
         ("gpu-cluster:index:PayloadBucket", "dev"),
         ("gpu-cluster:index:PayloadObject", "dev"),
@@ -81,7 +88,8 @@ def test_dev_wiring(dev):
     assert lt["iamInstanceProfile"]["arn"].startswith("arn:aws:iam::123456789012:instance-profile/dev-profile")
     for name, role, size in (("dev-controller", "controller", 1), ("dev-block-a", "worker", 1)):
         asg = dev.inputs(ASG, name)
-        assert asg["launchTemplate"] == {"id": dev.value["launch_template_id"], "version": "1"}
+        lt_key = "controller_launch_template_id" if role == "controller" else "launch_template_id"
+        assert asg["launchTemplate"] == {"id": dev.value[lt_key], "version": "1"}
         assert asg["vpcZoneIdentifiers"] == [subnet]
         assert asg["capacityReservationSpecification"]["capacityReservationTarget"] == {
             "capacityReservationIds": ["cr-0123456789abcdef0"]
@@ -178,13 +186,15 @@ def test_dev_outputs(dev):
 
 def test_prod_resources(prod):
     custom = prod.custom()
-    assert [n for t, n in custom if t == LT] == ["prod-lt"]
+    assert [n for t, n in custom if t == LT] == ["prod-controller-lt", "prod-lt"]
     assert [n for t, n in custom if t == ASG] == ["prod-block-a", "prod-block-b", "prod-controller"]
     assert ("aws:ec2/natGateway:NatGateway", "prod-nat") in custom
     assert ("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "prod-s3") in custom
-    # 13 network, 5 security group, 2 FSx, 3 payload, 4 IAM, 1 template, 3 groups,
-    # 6 scheduled actions (prod's blocks start after PLAN_NOW: scale out and in per group)
-    assert len(custom) == 38  # with the published block ends (blocks/ends.json)
+    # 13 network, 5 security group, 2 FSx, 3 payload, 8 IAM (workers' and controller's
+    # role, profile, payload policy, SSM attachment), 2 templates (workers', controller's),
+    # 3 groups, 6 scheduled actions (prod's blocks start after PLAN_NOW: scale out and in per group)
+    # 1 published block-ends object (blocks/ends.json)
+    assert len(custom) == 43
 
 
 def test_prod_blocks_and_sizes(prod):
@@ -199,7 +209,11 @@ def test_prod_blocks_and_sizes(prod):
         "block-a": 7,
         "block-b": 8,
     }
-    assert {a["launchTemplate"]["id"] for a in sizes.values()} == {prod.value["launch_template_id"]}
+    assert {n: a["launchTemplate"]["id"] for n, a in sizes.items()} == {
+        "controller": prod.value["controller_launch_template_id"],
+        "block-a": prod.value["launch_template_id"],
+        "block-b": prod.value["launch_template_id"],
+    }
     assert {
         n: a["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationIds"]
         for n, a in sizes.items()
@@ -222,11 +236,16 @@ def test_on_demand_program():
     assert [n for t, n in run.custom() if t in (LT, ASG, "aws:ec2/placementGroup:PlacementGroup")] == [
         "dev-controller",
         "dev-workers",
+        "dev-controller-lt",
         "dev-lt",
         "dev-pg",
     ]
     lt = run.inputs(LT, "dev-lt")
     assert "instanceMarketOptions" not in lt and lt["placement"]["groupName"].startswith("dev-pg")
+    # the colocated controller joins the workers' placement group (no second one)
+    ctl = run.inputs(LT, "dev-controller-lt")
+    assert ctl["placement"] == lt["placement"] and "instanceMarketOptions" not in ctl
+    assert ctl["networkInterfaces"] == lt["networkInterfaces"] and ctl["instanceType"] == "p5.48xlarge"
     workers = run.inputs(ASG, "dev-workers")
     assert workers["desiredCapacity"] == 3 and "capacityReservationSpecification" not in workers
     assert run.value["capacity_block_ids"] == []
@@ -294,6 +313,10 @@ def test_main_exports_every_output():
             "cluster_name",
             "controller_asg_name",
             "controller_instance_id_command",
+            "controller_launch_template_id",
+            "controller_launch_template_version",
+            "controller_placement",
+            "controller_role_name",
             "controller_ssm_command",
             "fsx_dns_name",
             "fsx_identity",
@@ -329,9 +352,10 @@ def test_node_count_changes_groups_not_templates_or_user_data(dev):
             for i in range(16)
         ],
     }
+    raw["controller"] = {"block": "b00"}
     big = run_program(raw, region)
     asgs = big.of_type(ASG)
-    assert len(asgs) == 17 and len(big.of_type(LT)) == 1
+    assert len(asgs) == 17 and len(big.of_type(LT)) == 2  # the workers' and the controller's
     assert sum(a["inputs"]["desiredCapacity"] for a in asgs) == 1024  # started: full size now
     assert len(big.of_type(SCHED)) == 17  # one scale-in each, no scale-out
     assert {
@@ -339,3 +363,76 @@ def test_node_count_changes_groups_not_templates_or_user_data(dev):
         for a in asgs
     } == {f"cr-{i:017x}" for i in range(16)}
     assert big.inputs(LT, "dev-lt")["userData"] == dev.inputs(LT, "dev-lt")["userData"]
+
+
+def test_dev_controller_has_its_own_template_and_role_with_the_workers_settings(dev):
+    """controller.placement block (default): the controller's template differs from the
+    workers' only by its name, description and instance profile (D4: its own role)."""
+    workers, ctl = dev.inputs(LT, "dev-lt"), dev.inputs(LT, "dev-controller-lt")
+    assert ctl["name"] == "gpu-cluster-dev-controller" and workers["name"] == "gpu-cluster-dev"
+    assert ctl["description"] == "gpu-cluster dev p5.48xlarge controller"
+    assert ctl["iamInstanceProfile"]["arn"].startswith(
+        "arn:aws:iam::123456789012:instance-profile/dev-controller-profile"
+    )
+    same = {k: v for k, v in ctl.items() if k not in ("name", "description", "iamInstanceProfile")}
+    assert same == {k: v for k, v in workers.items() if k not in ("name", "description", "iamInstanceProfile")}
+    role = dev.inputs("aws:iam/role:Role", "dev-controller-role")
+    assert role["description"] == "gpu-cluster dev controller (SSM access only)"
+    assert dev.inputs("aws:iam/role:Role", "dev-role")["description"] == "gpu-cluster dev GPU nodes (SSM access only)"
+    # today's node grants on both roles: SSM and the payload object
+    for who in ("dev", "dev-controller"):
+        ssm = dev.inputs("aws:iam/rolePolicyAttachment:RolePolicyAttachment", f"{who}-ssm")
+        assert ssm["policyArn"] == "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+        assert ssm["role"].startswith(f"{who}-role")
+    assert dev.value["controller_placement"] == "block"
+
+
+@pytest.fixture(scope="module")
+def dedicated():
+    raw, region = stack_config("dev")
+    raw["controller"] = {"placement": "dedicated"}
+    return run_program(raw, region)
+
+
+def test_dedicated_controller_template(dev, dedicated):
+    """controller.placement dedicated: a small on-demand CPU instance; same image, user
+    data, root volume, metadata options and tags; one plain interface; no market options,
+    no placement."""
+    ctl, workers = dedicated.inputs(LT, "dev-controller-lt"), dedicated.inputs(LT, "dev-lt")
+    assert ctl["instanceType"] == "m7i.xlarge"
+    assert ctl["description"] == "gpu-cluster dev m7i.xlarge controller"
+    assert ctl["networkInterfaces"] == [
+        {"deviceIndex": 0, "securityGroups": [dedicated.value["security_group_id"]], "deleteOnTermination": "true"}
+    ]
+    assert "instanceMarketOptions" not in ctl and "placement" not in ctl
+    for key in ("imageId", "userData", "blockDeviceMappings", "metadataOptions", "tagSpecifications", "tags"):
+        assert ctl[key] == workers[key], key
+    # the workers' template is the default placement's but for the user data, which says
+    # CONTROLLER_DEDICATED=1 in cluster.env (one rendering for every node)
+    own = ("iamInstanceProfile", "userData")
+    assert {k: v for k, v in workers.items() if k not in own} == {
+        k: v for k, v in dev.inputs(LT, "dev-lt").items() if k not in own
+    }
+    assert workers["userData"] != dev.inputs(LT, "dev-lt")["userData"]
+
+
+def test_dedicated_controller_group_and_block_sizes(dedicated):
+    ctl = dedicated.inputs(ASG, "dev-controller")
+    assert "capacityReservationSpecification" not in ctl
+    assert ctl["launchTemplate"] == {"id": dedicated.value["controller_launch_template_id"], "version": "1"}
+    assert (ctl["minSize"], ctl["maxSize"], ctl["desiredCapacity"]) == (1, 1, 1)  # on demand: now
+    assert ctl["vpcZoneIdentifiers"] == ["subnet-0a1b2c3d4e5f60718"]
+    tags = {t["key"]: t["value"] for t in ctl["tags"]}
+    assert (tags["GpuClusterRole"], tags["GpuClusterBlock"], tags["GpuClusterNodes"]) == (
+        "controller",
+        "on-demand",
+        "2",
+    )
+    assert "GpuClusterBlockEnd" not in tags
+    # the block keeps both of its nodes, and only its own group follows its dates
+    block = dedicated.inputs(ASG, "dev-block-a")
+    assert dedicated.inputs(SCHED, "dev-block-a-scale-out")["desiredCapacity"] == 2
+    assert block["launchTemplate"]["id"] == dedicated.value["launch_template_id"]
+    assert sorted(n for t, n in dedicated.custom() if t == SCHED) == ["dev-block-a-scale-in", "dev-block-a-scale-out"]
+    assert dedicated.value["controller_placement"] == "dedicated"
+    assert dedicated.value["node_groups"]["controller"]["block"] == "on-demand"

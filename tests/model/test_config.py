@@ -312,6 +312,7 @@ def test_first_block_holding_only_the_controller_is_used():
             ("a", "cr-0123456789abcdef0", 1, "us-east-2b"), ("b", "cr-0123456789abcdef1", 2, "us-east-2b")
         ),
     }
+    raw["controller"] = {"block": "a"}
     cfg = parse_config(raw)
     assert [(g.name, g.size) for g in cfg.node_groups()] == [("controller", 1), ("block-a", 0), ("block-b", 2)]
 

@@ -143,6 +143,7 @@ def test_fixed_names_are_the_names_the_program_uses():
     cfg = parse_config(BASE)
     assert fixed_names(cfg) == [
         ("launch template", "gpu-cluster-dev"),
+        ("launch template", "gpu-cluster-dev-controller"),
         ("Auto Scaling group", "gpu-cluster-dev-controller"),
         ("Auto Scaling group", "gpu-cluster-dev-block-a"),
     ]
@@ -153,6 +154,7 @@ def test_fixed_names_are_the_names_the_program_uses():
     staging = parse_config(BASE, stack="staging")
     assert fixed_names(staging) == [
         ("launch template", "gpu-cluster-staging"),
+        ("launch template", "gpu-cluster-staging-controller"),
         ("Auto Scaling group", "gpu-cluster-staging-controller"),
         ("Auto Scaling group", "gpu-cluster-staging-block-a"),
     ]

@@ -70,13 +70,15 @@ def test_copied_stack_file_fixes_no_name_of_the_original(copied):
     assert sorted(n for t, n in staging_names if t in (LT, ASG)) == [
         "gpu-cluster-staging",
         "gpu-cluster-staging-block-a",
-        "gpu-cluster-staging-controller",
+        "gpu-cluster-staging-controller",  # the controller's group
+        "gpu-cluster-staging-controller",  # and its own launch template
     ]
     # The original stack keeps the names it always had.
     assert sorted(n for t, n in dev_names if t in (LT, ASG)) == [
         "gpu-cluster-dev",
         "gpu-cluster-dev-block-a",
-        "gpu-cluster-dev-controller",
+        "gpu-cluster-dev-controller",  # the controller's group
+        "gpu-cluster-dev-controller",  # and its own launch template
     ]
 
 

@@ -83,7 +83,10 @@ def test_user_data_files(rendered):
     lt = next(r for r in plan["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
     data = (rendered / "userdata" / "node" / "user-data").read_bytes()
     assert data == base64.b64decode(lt["inputs"]["userData"])
-    assert json.loads((rendered / "userdata" / "index.json").read_text()) == {"dev-lt": "node"}
+    assert json.loads((rendered / "userdata" / "index.json").read_text()) == {
+        "dev-controller-lt": "node",
+        "dev-lt": "node",
+    }
     files = rendered / "userdata" / "node" / "files"
     assert (
         b"fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com"

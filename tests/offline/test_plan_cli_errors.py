@@ -308,7 +308,7 @@ def test_success_says_what_it_wrote(tmp_path, capsys):
     assert out == [
         f"wrote {tmp_path}/plan.json: {len(plan['resources'])} resources ({cloud} AWS, "
         f"{len(plan['resources']) - cloud} components), {len(plan['outputs'])} stack outputs",
-        f"wrote {tmp_path}/userdata/node/: user-data ({size} bytes, for dev-lt), payload.tar.gz, "
+        f"wrote {tmp_path}/userdata/node/: user-data ({size} bytes, for dev-controller-lt, dev-lt), payload.tar.gz, "
         f"files/ ({files} node files)",
     ]
 

@@ -150,7 +150,7 @@ def test_fsx_replacement_banner_comes_first(changed):
         "applied; running nodes keep mounting the old one until replaced.",
         "!" * 78,
     ]
-    dev = _block(changed["text"], "== stack dev: 15 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
     # The file system leads its stack; the throughput change alone would be in place.
     assert dev[1:7] == [
         "  replaced               LustreFileSystem dev-lustre",
@@ -163,7 +163,7 @@ def test_fsx_replacement_banner_comes_first(changed):
 
 
 def test_launch_template_change_says_what_running_nodes_get(changed):
-    dev = _block(changed["text"], "== stack dev: 15 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                LaunchTemplate dev-lt")
     assert "      blockDeviceMappings[0].ebs.volumeSize: 512 -> 400" in dev[i:]
     assert (
@@ -173,7 +173,7 @@ def test_launch_template_change_says_what_running_nodes_get(changed):
 
 
 def test_tags_are_matched_by_key(changed):
-    dev = _block(changed["text"], "== stack dev: 15 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                Group dev-block-a")
     assert dev[i + 1 : i + 4] == [
         '      tags[key=GpuClusterBlockEnd].value: "2026-12-08T11:30:00Z" -> "2026-12-09T11:30:00Z"',
@@ -184,7 +184,7 @@ def test_tags_are_matched_by_key(changed):
 
 
 def test_schedule_change_says_when(changed):
-    dev = _block(changed["text"], "== stack dev: 15 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                Schedule dev-block-a-scale-in")
     assert dev[i + 1 : i + 3] == [
         '      startTime: "2026-12-08T10:50:00Z" -> "2026-12-09T10:50:00Z"',
@@ -193,7 +193,7 @@ def test_schedule_change_says_when(changed):
 
 
 def test_changed_node_file_has_a_unified_diff(changed):
-    dev = _block(changed["text"], "== stack dev: 15 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  node files:")
     assert dev[i + 1 : i + 9] == [
         "    changed node:/opt/gpu-cluster/steps/80-limits.sh",
@@ -210,14 +210,14 @@ def test_changed_node_file_has_a_unified_diff(changed):
 
 def test_added_and_removed_stacks(changed):
     text = changed["text"]
-    extra = _block(text, "== stack extra (new stack): 21 added")
+    extra = _block(text, "== stack extra (new stack): 26 added")
     assert extra[1:3] == [
         "   48 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
         "  added                  LustreFileSystem dev-lustre",
     ]
     prod = _block(text, "== stack prod (stack removed): stack file removed, no resource deleted by it")
     assert prod[1:] == [
-        "   Pulumi.prod.yaml is removed: that alone deletes nothing. The stack's 38 resources (its FSx file "
+        "   Pulumi.prod.yaml is removed: that alone deletes nothing. The stack's 43 resources (its FSx file "
         "system and the data on /fsx included) stay until `pulumi destroy` is run on it."
     ]
     # Only a change that deletes or replaces the file system raises the banner.
@@ -237,7 +237,7 @@ def test_markdown_comment(changed):
     caution = lines.index("> [!CAUTION]")
     assert lines[caution + 1] == "> **FSx data at risk: the data on /fsx will be lost unless backed up.**"
     assert lines[caution + 2].startswith("> - dev: FSx file system dev-lustre will be REPLACED")
-    dev = lines.index("### Stack `dev`: 15 changed, 2 replaced, 2 node file(s) changed")
+    dev = lines.index("### Stack `dev`: 19 changed, 2 replaced, 2 node file(s) changed")
     assert caution < dev
     assert lines[dev + 2 : dev + 5] == [
         "| change | type | name | why |",

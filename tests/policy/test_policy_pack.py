@@ -63,7 +63,7 @@ def test_shipped_stacks_pass(plans, stack):
     # Not vacuous: the resources every rule looks at are in the plan, as the rules expect.
     fsx = _one(resources, rules.FSX)
     assert fsx["protect"] is True and fsx["inputs"]["deploymentType"].startswith("PERSISTENT")
-    lt = _one(resources, rules.LAUNCH_TEMPLATE)
+    lt = _one(resources, rules.LAUNCH_TEMPLATE, f"{stack}-lt")  # the workers' (the controller has its own)
     assert lt["inputs"]["metadataOptions"]["httpTokens"] == "required"
     assert len(lt["inputs"]["networkInterfaces"]) == {"dev": 33, "prod": 17}[stack]  # p5 and p5en: one per card + ENA
     assert any(r["type"] == rules.VPC_INGRESS_RULE for r in resources)
@@ -158,7 +158,7 @@ def test_fsx_scratch_is_disposable(plans):
 
 @pytest.mark.parametrize("tokens", ["optional", None])
 def test_imdsv1_allowed(plans, tokens):
-    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE)
+    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE, "dev-lt")
     if tokens is None:
         del lt["inputs"]["metadataOptions"]["httpTokens"]
     else:
@@ -206,7 +206,7 @@ def test_open_ingress_inline_and_legacy_rule(plans):
 
 
 def test_interface_without_security_groups(plans):
-    lt = _one(plans["prod"], rules.LAUNCH_TEMPLATE)
+    lt = _one(plans["prod"], rules.LAUNCH_TEMPLATE, "prod-lt")
     ni = lt["inputs"]["networkInterfaces"][5]
     ni["securityGroups"] = []
     assert _violations(lt) == {
@@ -224,7 +224,7 @@ def test_interface_without_security_groups(plans):
     [("vpcSecurityGroupIds", "vpc_security_group_ids"), ("securityGroupNames", "security_group_names")],
 )
 def test_top_level_security_groups_beside_interfaces(plans, key, snake):
-    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE)
+    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE, "dev-lt")
     lt["inputs"][key] = ["sg-0123456789abcdef0"]
     assert _violations(lt) == {
         "no-top-level-security-groups": [
@@ -240,13 +240,13 @@ def test_missing_cluster_tag(plans):
     fsx = _one(plans["prod"], rules.FSX)
     del fsx["inputs"]["tags"][node_tags.CLUSTER]
     assert _violations(fsx) == {"required-tags": ["missing tag 'GpuClusterName'"]}
-    role = _one(plans["prod"], "aws:iam/role:Role")
+    role = _one(plans["prod"], "aws:iam/role:Role", "prod-controller-role")
     del role["inputs"]["tags"]
     assert _violations(role) == {"required-tags": ["missing tag 'GpuClusterName'"]}
 
 
 def test_launch_template_tags_what_it_launches(plans):
-    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE)
+    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE, "dev-lt")
     spec = next(s for s in lt["inputs"]["tagSpecifications"] if s["resourceType"] == "volume")
     del spec["tags"][node_tags.CLUSTER]
     assert _violations(lt) == {"required-tags": ["tag_specifications[volume] missing tag 'GpuClusterName'"]}
@@ -274,7 +274,7 @@ def _snake_keys(value, under_tags: bool = False):
 
 
 def test_snake_case_inputs_get_the_same_answers(plans):
-    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE)
+    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE, "dev-lt")
     snake = _snake_keys(lt["inputs"])
     assert "metadata_options" in snake and snake["tags"] == lt["inputs"]["tags"]
     assert rules.violations(rules.LAUNCH_TEMPLATE, snake) == {}
@@ -335,7 +335,7 @@ def test_pack_policies_are_mandatory():
 def test_pack_on_rendered_plans(plans):
     for resources in plans.values():
         assert {r["name"]: _through_pack(r) for r in resources if _through_pack(r)} == {}
-    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE)
+    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE, "dev-lt")
     lt["inputs"]["metadataOptions"]["httpTokens"] = "optional"
     assert _through_pack(lt) == {
         "imdsv2-required": [
@@ -352,7 +352,7 @@ def test_pack_counts_unknown_security_groups(plans):
     counts interfaces' groups without reading them, so it still decides."""
     from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE)
+    lt = _one(plans["dev"], rules.LAUNCH_TEMPLATE, "dev-lt")
     for ni in lt["inputs"]["networkInterfaces"]:
         ni["securityGroups"] = [UNKNOWN_STRING_VALUE]
     assert _through_pack(lt) == {}

@@ -147,6 +147,13 @@ def stub_account(
         ec2.add_response(
             "describe_launch_templates", {"LaunchTemplates": [lt]}, {"LaunchTemplateNames": ["gpu-cluster-dev"]}
         )
+    # The controller's own template (model/preflight.py fixed_names): not there yet.
+    ec2.add_client_error(
+        "describe_launch_templates",
+        "InvalidLaunchTemplateName.NotFoundException",
+        "At least one of the launch templates specified in the request does not exist.",
+        expected_params={"LaunchTemplateNames": ["gpu-cluster-dev-controller"]},
+    )
     asgs = asgs or {}
     for name in ("gpu-cluster-dev-controller", "gpu-cluster-dev-block-a"):
         asg.add_response(

@@ -36,6 +36,7 @@ import yaml
 from model.block_ends import BLOCK_ENDS_KEY
 from model.capacity import EC2_BLOCK_END_LEAD_MINUTES, iso_utc
 from model.config import parse_config
+from model.errors import ConfigError
 from model.schedule import CREATION_LEAD, cluster_schedule, schedule_problems
 from offline.mocks import PlanMocks, run_under_mocks
 from tests.support.mocks import REGION, valid_raw
@@ -70,11 +71,22 @@ def block(name: str, rid: str, count: int, start: datetime, end: datetime) -> di
     }
 
 
-def cluster(blocks: list[dict[str, Any]], nodes: int | None = None, tags: dict[str, str] | None = None) -> dict:
+def cluster(
+    blocks: list[dict[str, Any]],
+    nodes: int | None = None,
+    tags: dict[str, str] | None = None,
+    controller: dict[str, str] | None = None,
+) -> dict:
+    """A stack config over `blocks`; with two or more blocks and no `controller`, the
+    controller is hosted by the first block (the config then requires it named)."""
     raw = valid_raw()
     raw["capacity"] = {"nodes": nodes or sum(b["instance_count"] for b in blocks), "capacity_blocks": blocks}
     if tags is not None:
         raw["tags"] = tags
+    if controller is None and len(blocks) >= 2:
+        controller = {"block": blocks[0]["name"]}
+    if controller is not None:
+        raw["controller"] = controller
     return raw
 
 
@@ -91,7 +103,10 @@ def declare(raw: dict, now: datetime, ec2: dict[str, list[datetime]]) -> dict[st
 
     EC2's answers come from the model's real blocks (an extension EC2 knows and the
     config does not is what preflight sees). Cached by everything the run reads."""
-    cfg = parse_config(copy.deepcopy(raw))
+    try:
+        cfg = parse_config(copy.deepcopy(raw))
+    except ConfigError:
+        return None  # refused before anything is created, as `pulumi up` refuses it
     answers = {
         rid: {
             "state": "active" if s <= now else "scheduled",

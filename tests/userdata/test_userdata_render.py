@@ -345,6 +345,17 @@ def test_bytes_do_not_depend_on_blocks_or_reservations():
             "availability_zone": "us-east-2b",
         },
     ]
-    cfg = config(100, capacity={"nodes": 100, "capacity_blocks": blocks})
+    cfg = config(100, capacity={"nodes": 100, "capacity_blocks": blocks}, controller={"block": "b"})
     nf = render_userdata(cfg, CATALOG["p5.48xlarge"], FSX, URI)
     assert nf.user_data == rendered().user_data and nf.s3_payload == rendered().s3_payload
+
+
+def test_only_a_dedicated_controller_changes_cluster_env():
+    """controller.placement dedicated adds CONTROLLER_DEDICATED=1 (steps 50/60/80/85 run
+    slurmctld only there); the default placement renders the bytes it always did."""
+    default = config(2, controller={"placement": "block"})
+    assert render_userdata(default, CATALOG["p5.48xlarge"], FSX, URI).user_data == rendered().user_data
+    dedicated = config(2, controller={"placement": "dedicated"})
+    env = render_userdata(dedicated, CATALOG["p5.48xlarge"], FSX, URI).files["/etc/gpu-cluster/cluster.env"]
+    assert b"\nCONTROLLER_DEDICATED=1\n" in env
+    assert b"CONTROLLER_DEDICATED" not in rendered().files["/etc/gpu-cluster/cluster.env"]

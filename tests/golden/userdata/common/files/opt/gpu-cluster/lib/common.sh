@@ -85,6 +85,9 @@ load_identity() {
   . "$f"
 }
 is_controller() { [[ ${NODE_ROLE:-} == controller ]]; }
+# slurmd runs on every node except a dedicated controller (controller.placement
+# dedicated: CONTROLLER_DEDICATED=1 in cluster.env), a CPU instance that takes no jobs.
+runs_slurmd() { ! is_controller || [[ ${CONTROLLER_DEDICATED:-0} != 1 ]]; }
 fsx_root_ready() { mountpoint -q "$FSX_MOUNTPOINT" && [[ -d $FSX_ROOT && -w $FSX_ROOT ]]; }
 
 # --- services: systemd, or plain background processes (pid files) ------------------
