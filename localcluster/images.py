@@ -438,6 +438,7 @@ def lane_settings(lane: Lane, mirror: mirror_mod.Mirror) -> dict[str, str]:
         "ENROOT_URL": mirror.enroot_base(MIRROR_MOUNT),
         "PYXIS_URL": mirror.pyxis_base(MIRROR_MOUNT),
         "ENROOT_VERSION": mirror_mod.ENROOT_VERSION,
+        "DOWNLOAD_SHA256": mirror.download_sha256(),
         "SLURM_SERIES": lane.slurm_series,
         "GPU_CLUSTER_FSX": "bind",
     }
