@@ -552,8 +552,15 @@ def in_root(st: _Stages, root: Path, debs: Path, mirror: Path | None, argv: list
         policy.unlink(missing_ok=True)
 
 
+# The DLAMI's ordinary login user (uid 1000): a lane root has the same account, so the
+# local cluster runs a container job as an ordinary user too (Enroot's unprivileged path,
+# where the root-run gate never goes).
+ORDINARY_USER, ORDINARY_UID = "ubuntu", 1000
+
+
 def _bake(st: _Stages, lane: Lane, root: Path, mirror: mirror_mod.Mirror) -> None:
     in_root(st, root, CACHE_ROOT / "debs" / lane.suite, mirror.root, [ENTRY_POINT, "--only", "packages"])
+    _chroot_out(root, "useradd", "--create-home", "--uid", str(ORDINARY_UID), "--shell", "/bin/bash", ORDINARY_USER)
 
 
 def _chroot_out(root: Path, *cmd: str) -> str:

@@ -65,8 +65,11 @@ LOG_DIR = "/var/log/gpu-cluster"
 STATE_DIR = "/var/lib/gpu-cluster"  # this node's own state; a new instance starts without it
 BOOT_LOG = f"{LOG_DIR}/boot.log"
 LOCAL_STATUS = f"{STATE_DIR}/status"
-# sha256sum lines of what step 20 downloaded (model/pins.py): a baked image carries it.
-DOWNLOAD_RECORD = f"{STATE_DIR}/downloads.sha256"
+# The image's own files, not this node's state: they survive a bake's cleanup (the
+# lanes' root manifest lives here too). sha256sum lines of what step 20 downloaded
+# under a `record` pin (model/pins.py).
+IMAGE_DIR = "/var/lib/gpu-cluster-image"
+DOWNLOAD_RECORD = f"{IMAGE_DIR}/downloads.sha256"
 
 # --- the stack's hook (hooks.on_node_ready); shipped only when the stack sets one ------
 HOOKS = f"{HOME}/hooks"
