@@ -571,7 +571,8 @@ def _chroot_out(root: Path, *cmd: str) -> str:
 
 def _installed(root: Path) -> dict[str, str]:
     out = _chroot_out(root, "dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n")
-    return {w[1]: w[2] for w in (ln.split() for ln in out.splitlines()) if len(w) == 3 and w[0] == "ii"}
+    # "hi": installed and held (step 20 holds Slurm, munge, PMIx)
+    return {w[1]: w[2] for w in (ln.split() for ln in out.splitlines()) if len(w) == 3 and w[0] in ("ii", "hi")}
 
 
 def _clean(st: _Stages, root: Path, manifest: dict) -> None:

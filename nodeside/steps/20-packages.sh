@@ -65,7 +65,8 @@ apt_install() {
 }
 # version_of PKG: the installed version, or nothing. dpkg-query fails for a package it
 # has never seen; under pipefail that would end the step (silently) on a fresh image.
-version_of() { { dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$1" 2>/dev/null || true; } | sed -n 's/^ii *//p'; }
+# `hi`: installed and held (this step holds Slurm, munge, Lustre and the kernel).
+version_of() { { dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$1" 2>/dev/null || true; } | sed -n 's/^[ih]i *//p'; }
 fetch() { curl -fsSL --retry 5 --retry-delay 3 --connect-timeout 10 --max-time 600 -o "$2" "$1"; }
 # pin_of FILE: the pinned sha256 (or `record`) of a download, from DOWNLOAD_SHA256.
 pin_of() {
@@ -215,7 +216,7 @@ hold_and_quiet() {
   install -m 0644 "$NODE_TEMPLATES/unattended-upgrades.conf" "$UNATTENDED_UPGRADES_DROPIN"
   # dpkg-query fails when a pattern matches nothing; the others are still listed.
   mapfile -t held < <({ dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${HOLD_PATTERNS[@]}" 2>/dev/null || true; } |
-    awk '$1 == "ii" { print $2 }')
+    awk '$1 ~ /^[ih]i$/ { print $2 }')
   ((${#held[@]})) || die "no kernel, Lustre, Slurm or munge package found to hold (dpkg-query ${HOLD_PATTERNS[*]})"
   apt-mark hold "${held[@]}" >/dev/null || die "apt-mark hold ${held[*]} failed with status $?"
   log "held ${held[*]}; needrestart leaves munge/Slurm running; unattended-upgrades skips kernel, Lustre, Slurm, munge"

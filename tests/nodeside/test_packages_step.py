@@ -92,13 +92,14 @@ if [[ -e $STUB/state/nocandidate-$2 ]]; then echo "  Candidate: (none)"; else ec
 if [[ $2 == '-f=${db:Status-Abbrev} ${Package}\n' ]]; then  # patterns: list what matches
   shift 2; rc=1
   for pat; do for f in "$STUB"/state/$pat; do
-    [[ -e $f ]] || continue; printf 'ii  %s\n' "${f##*/}"; rc=0
+    [[ -e $f && ${f##*/} != held-* ]] || continue
+    if [[ -e $STUB/state/held-${f##*/} ]]; then printf 'hi  %s\n' "${f##*/}"; else printf 'ii  %s\n' "${f##*/}"; fi; rc=0
   done; done
   exit $rc
 fi
 pkg=${*: -1}
 [[ -e $STUB/state/$pkg ]] || exit 1
-printf 'ii %s' "$(<"$STUB/state/$pkg")"
+if [[ -e $STUB/state/held-$pkg ]]; then printf 'hi %s' "$(<"$STUB/state/$pkg")"; else printf 'ii %s' "$(<"$STUB/state/$pkg")"; fi
 """,
     "dpkg": r"""[[ $1 == --print-architecture ]] && echo amd64""",
     "modinfo": r"""[[ $1 == lustre && -e $STUB/state/module-lustre ]]""",
@@ -536,6 +537,24 @@ def test_hold_and_quiet_holds_kernel_lustre_slurm_munge_and_installs_the_dropins
     assert (etc / "apt/apt.conf.d/51gpu-cluster-unattended-upgrades").read_bytes() == (
         BOOT / "conf/unattended-upgrades.conf"
     ).read_bytes()
+
+
+@pytest.mark.skipif(not PMIX_PLUGIN, reason="the step checks for Slurm's PMIx plugin on this machine")
+def test_held_packages_count_as_installed_on_a_baked_root(box):
+    # dpkg reports a held package as `hi`, not `ii`: a node booted from a root whose bake
+    # held Slurm must verify it, not try to install it again
+    for pkg in SLURM_PKGS:
+        box.installed(pkg, "22.05.8-4+deb12u3")
+        (box.state / f"held-{pkg}").touch()
+    box.installed("munge")
+    (box.state / "held-munge").touch()
+    for b in ("munged", "mungekey", "munge", "unmunge"):
+        box.add_stub(b, "")
+    r = box.run("slurm; munge_pkg; hold_and_quiet", SLURM_SERIES="22.05")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == []
+    (hold,) = (box.stub / "apt-mark.log").read_text().splitlines()
+    assert hold.split() == ["hold", "slurm-client", "slurm-wlm", "slurmctld", "slurmd", "libpmix-dev", "munge"]
 
 
 def test_hold_and_quiet_with_nothing_to_hold_fails(box):
