@@ -514,7 +514,7 @@ class LocalCluster:
 
         return testimage.build(self.base_root(), self.c.fsx_dir / TEST_IMAGE)
 
-    def container_srun(self, timeout: float = 240) -> subprocess.CompletedProcess:
+    def container_srun(self, timeout: float = 240, user: str | None = None) -> subprocess.CompletedProcess:
         n = len(self.c.nodes)
         self.test_image()
         fsx = layout.FSX_MOUNTPOINT
@@ -522,7 +522,10 @@ class LocalCluster:
             'echo "$(cat /proc/sys/kernel/hostname): $(. /etc/os-release; echo "$PRETTY_NAME"); '
             f'{fsx} mounted: $([ -f {fsx}/{TEST_IMAGE} ] && echo yes || echo no)"'
         )
+        # as `user` (the lane root's ordinary account): Pyxis then runs Enroot unprivileged
+        as_user = ["runuser", "-u", user, "--"] if user else []
         return self.ctl(
+            *as_user,
             "srun",
             f"-N{n}",
             "--time=5",
@@ -541,10 +544,22 @@ class LocalCluster:
         if "--container-image" not in self.ctl("srun", "--help").stdout:
             self.out("(skipped: Pyxis is not loaded on this lane's root; srun has no --container-image)")
             return
-        t0 = time.monotonic()
-        r = self.container_srun()
-        self.out("\n".join(sorted((r.stdout + r.stderr).rstrip().splitlines())))
-        self.out(f"(exit {r.returncode}, {time.monotonic() - t0:.1f}s)")
+        for user in (None, *self.ordinary_users()):
+            t0 = time.monotonic()
+            r = self.container_srun(user=user)
+            if user:
+                self.out(f"$ runuser -u {user} -- srun -N{n} --container-image=... (as an ordinary user)")
+            self.out("\n".join(sorted((r.stdout + r.stderr).rstrip().splitlines())))
+            self.out(f"(exit {r.returncode}, {time.monotonic() - t0:.1f}s)")
+
+    def ordinary_users(self) -> list[str]:
+        """The lane root's ordinary account, when the controller has it (a hand-made root
+        given by GPU_CLUSTER_LOCAL_ROOT may not)."""
+        from localcluster import images
+
+        if not self.machines or self.ctl("id", "-u", images.ORDINARY_USER).returncode != 0:
+            return []
+        return [images.ORDINARY_USER]
 
     def show_srun(self) -> None:
         n = len(self.c.nodes)

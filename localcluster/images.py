@@ -438,6 +438,7 @@ def lane_settings(lane: Lane, mirror: mirror_mod.Mirror) -> dict[str, str]:
         "ENROOT_URL": mirror.enroot_base(MIRROR_MOUNT),
         "PYXIS_URL": mirror.pyxis_base(MIRROR_MOUNT),
         "ENROOT_VERSION": mirror_mod.ENROOT_VERSION,
+        "DOWNLOAD_SHA256": mirror.download_sha256(),
         "SLURM_SERIES": lane.slurm_series,
         "GPU_CLUSTER_FSX": "bind",
     }
@@ -551,8 +552,15 @@ def in_root(st: _Stages, root: Path, debs: Path, mirror: Path | None, argv: list
         policy.unlink(missing_ok=True)
 
 
+# The DLAMI's ordinary login user (uid 1000): a lane root has the same account, so the
+# local cluster runs a container job as an ordinary user too (Enroot's unprivileged path,
+# where the root-run gate never goes).
+ORDINARY_USER, ORDINARY_UID = "ubuntu", 1000
+
+
 def _bake(st: _Stages, lane: Lane, root: Path, mirror: mirror_mod.Mirror) -> None:
     in_root(st, root, CACHE_ROOT / "debs" / lane.suite, mirror.root, [ENTRY_POINT, "--only", "packages"])
+    _chroot_out(root, "useradd", "--create-home", "--uid", str(ORDINARY_UID), "--shell", "/bin/bash", ORDINARY_USER)
 
 
 def _chroot_out(root: Path, *cmd: str) -> str:
@@ -563,7 +571,8 @@ def _chroot_out(root: Path, *cmd: str) -> str:
 
 def _installed(root: Path) -> dict[str, str]:
     out = _chroot_out(root, "dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n")
-    return {w[1]: w[2] for w in (ln.split() for ln in out.splitlines()) if len(w) == 3 and w[0] == "ii"}
+    # "hi": installed and held (step 20 holds Slurm, munge, PMIx)
+    return {w[1]: w[2] for w in (ln.split() for ln in out.splitlines()) if len(w) == 3 and w[0] in ("ii", "hi")}
 
 
 def _clean(st: _Stages, root: Path, manifest: dict) -> None:

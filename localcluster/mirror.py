@@ -28,16 +28,21 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from model import pins
+
 VENDOR_ENV = "GPU_CLUSTER_VENDOR_DIR"
 CACHE_ROOT = Path(os.environ.get("GPU_CLUSTER_CACHE", "/var/cache/gpu-cluster"))
 # This module's code as loaded: part of the mirror's and the roots' cache keys.
 SOURCE_SHA256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
-# The mirror's pins. The product pins Enroot 4.2.1; the vendored copy's newest tag is
-# 4.1.2, so a lane that installs from this mirror sets ENROOT_VERSION=4.1.2 explicitly
-# (and step 20 still checks that exact version).
-ENROOT_VERSION = "4.1.2"
-PYXIS_VERSION = "0.24.0"
+# The mirror's pins (model/pins.py). The product pins Enroot 4.2.1; the vendored copy's
+# newest tag is 4.1.2, so a lane that installs from this mirror sets ENROOT_VERSION=4.1.2
+# explicitly (and step 20 still checks that exact version). The vendored tarballs are
+# checked against their pinned sha256 before anything is built from them; the packages
+# built here get the digests of the files built (the lane's DOWNLOAD_SHA256), so step 20
+# checks every file it downloads from the mirror as it does on a node.
+ENROOT_VERSION = pins.MIRROR_ENROOT_VERSION
+PYXIS_VERSION = pins.MIRROR_PYXIS_VERSION
 DEB_REVISION = "1"
 
 HELPERS = ("aufs2ovlfs", "mksquashovlfs", "mount", "switchroot", "nsenter")
@@ -86,6 +91,13 @@ class Mirror:
     root: Path  # directory holding enroot/ and pyxis/
     enroot_tarball_sha256: str
     pyxis_tarball_sha256: str
+    debs: tuple[tuple[str, str], ...] = ()  # (file, sha256) of the Enroot packages built
+
+    def download_sha256(self) -> str:
+        """DOWNLOAD_SHA256 for a node installing from this mirror: the packages built here
+        and the Pyxis archive, which is the vendored tarball unchanged."""
+        words = [f"{name}={digest}" for name, digest in self.debs]
+        return " ".join([*words, f"{pins.pyxis_archive(PYXIS_VERSION)}={self.pyxis_tarball_sha256}"])
 
     def enroot_base(self, served_at: str) -> str:
         """ENROOT_URL for a node that sees this mirror's root at `served_at`."""
@@ -283,10 +295,10 @@ def build_mirror(vendor: Path | None = None, cache: Path | None = None) -> Mirro
     cache = cache or CACHE_ROOT / "mirror"
     arch = deb_arch()
     enroot_tgz, pyxis_tgz = (vendor / n for n in vendor_files())
-    sums = (sha256_file(enroot_tgz), sha256_file(pyxis_tgz))
+    sums = (check_vendor_pin(enroot_tgz), check_vendor_pin(pyxis_tgz))
     final = cache / mirror_key(vendor, arch)
     if final.is_dir():
-        return Mirror(final, *sums)
+        return Mirror(final, *sums, built_debs(final, arch))
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
     log_path = cache / f"{final.name}.log"
@@ -305,7 +317,20 @@ def build_mirror(vendor: Path | None = None, cache: Path | None = None) -> Mirro
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    return Mirror(final, *sums)
+    return Mirror(final, *sums, built_debs(final, arch))
+
+
+def check_vendor_pin(path: Path) -> str:
+    """The tarball's sha256, which must be its pin in model/pins.py."""
+    want, got = pins.vendor_pin(path.name).sha256, sha256_file(path)
+    if got != want:
+        raise MirrorError(f"{path}: sha256 {got}, but model/pins.py pins {want} (not the vendored release)")
+    return got
+
+
+def built_debs(root: Path, arch: str) -> tuple[tuple[str, str], ...]:
+    d = root / "enroot" / f"v{ENROOT_VERSION}"
+    return tuple((name, sha256_file(d / name)) for name in enroot_deb_names(arch))
 
 
 def main() -> None:

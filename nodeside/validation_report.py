@@ -95,7 +95,7 @@ def limit_for(step, config, baseline_figures):
 
 
 def check_step(config, baseline_figures, step, text):
-    """Verdict dict for one step's log (pmix is a plain srun --mpi=list check)."""
+    """Verdict dict for one step's log (pmix: did a two-task PMIx step run)."""
     if step == "container":
         # one line "container-ok <host>" per node from inside the image (Pyxis + Enroot)
         hosts = sorted(set(re.findall(r"^container-ok (\S+)$", text, re.M)))
@@ -108,12 +108,15 @@ def check_step(config, baseline_figures, step, text):
             "notes": hosts,
         }
     if step == "pmix":
-        ok = re.search(r"\bpmix", text) is not None
+        # a real `srun --mpi=pmix -n2 true`: GO when it exited 0 (run_step appends the exit
+        # status line only on failure); the reason is Slurm's own first error line
+        failed = re.search(r"^gate: command exit status", text, re.M) is not None
+        errors = [ln.strip() for ln in text.splitlines() if re.search(r"error", ln, re.I)]
         return {
-            "tool": "srun --mpi=list",
-            "verdict": "GO" if ok else "NO-GO",
-            "reasons": [] if ok else ["pmix not listed by srun --mpi=list: Slurm built without PMIx (--with-pmix)"],
-            "notes": [],
+            "tool": "srun --mpi=pmix -n2 true",
+            "verdict": "NO-GO" if failed else "GO",
+            "reasons": [f"srun --mpi=pmix -n2 true failed: {(errors or ['no error output'])[0]}"] if failed else [],
+            "notes": errors[:5],
         }
     th = config["thresholds"]
     limit, source = limit_for(step, config, baseline_figures)

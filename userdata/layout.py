@@ -46,6 +46,10 @@ SYSTEMD_DIR = "/etc/systemd/system"
 # cloud-init runs every executable here at each boot: what brings a rebooted node back.
 PER_BOOT_SCRIPT = "/var/lib/cloud/scripts/per-boot/gpu-cluster-boot.sh"
 MUNGE_KEY = "/etc/munge/munge.key"
+# Step 20 installs these from templates/: no package upgrade restarts munge or Slurm, and
+# unattended-upgrades leaves the kernel, the Lustre client and Slurm alone.
+NEEDRESTART_DROPIN = "/etc/needrestart/conf.d/90-gpu-cluster.conf"
+UNATTENDED_UPGRADES_DROPIN = "/etc/apt/apt.conf.d/51gpu-cluster-unattended-upgrades"
 
 # --- private registries (only with `containers`; userdata/registries.py) ------------------
 REGISTRIES_CONF = f"{ETC}/registries.conf"  # what to log in to: ECR hosts, secret ids
@@ -61,6 +65,11 @@ LOG_DIR = "/var/log/gpu-cluster"
 STATE_DIR = "/var/lib/gpu-cluster"  # this node's own state; a new instance starts without it
 BOOT_LOG = f"{LOG_DIR}/boot.log"
 LOCAL_STATUS = f"{STATE_DIR}/status"
+# The image's own files, not this node's state: they survive a bake's cleanup (the
+# lanes' root manifest lives here too). sha256sum lines of what step 20 downloaded
+# under a `record` pin (model/pins.py).
+IMAGE_DIR = "/var/lib/gpu-cluster-image"
+DOWNLOAD_RECORD = f"{IMAGE_DIR}/downloads.sha256"
 
 # --- the stack's hook (hooks.on_node_ready); shipped only when the stack sets one ------
 HOOKS = f"{HOME}/hooks"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from model import pins
 from model.catalog import InstanceSpec
 from model.registries import RegistryAccess
 from userdata import layout, slurm_conf, templating
@@ -44,12 +45,13 @@ BOUNDARY = "==gpu-cluster-7d1c0f5e=="  # fixed: byte-stable output
 # What the user data itself carries; everything else travels in the S3 payload.
 INLINE_FILES = (layout.CLUSTER_ENV, layout.FETCH)
 
-# Pinned versions: the combination validated together on the DLAMI (2026-10).
-SLURM_SERIES = "23.11"
-ENROOT_VERSION = "4.2.1"
-PYXIS_VERSION = "0.24.0"
-ENROOT_URL = "https://github.com/NVIDIA/enroot/releases/download"
-PYXIS_URL = "https://github.com/NVIDIA/pyxis/archive/refs/tags"
+# Pinned versions and download digests: the combination validated together on the DLAMI
+# (2026-10), kept with their sources in model/pins.py.
+SLURM_SERIES = pins.SLURM_SERIES
+ENROOT_VERSION = pins.PRODUCT.enroot_version
+PYXIS_VERSION = pins.PRODUCT.pyxis_version
+ENROOT_URL = pins.ENROOT_URL
+PYXIS_URL = pins.PYXIS_URL
 # FSx for Lustre client repository for Ubuntu [FSX-CLIENT].
 FSX_CLIENT_KEY_URL = "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
 FSX_CLIENT_REPO = "https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu"
@@ -74,6 +76,8 @@ NODE_REAP_GRACE = 1800
 _PLACED = {
     "conf/enroot.conf": f"{layout.TEMPLATES}/enroot.conf",
     "conf/enroot-tmpfiles.conf": f"{layout.TEMPLATES}/enroot-tmpfiles.conf",
+    "conf/needrestart.conf": f"{layout.TEMPLATES}/needrestart.conf",
+    "conf/unattended-upgrades.conf": f"{layout.TEMPLATES}/unattended-upgrades.conf",
     "system/limits-memlock.conf": layout.LIMITS_FILE,
     "system/gpu-cluster-munge-responder.service": f"{layout.SYSTEMD_DIR}/gpu-cluster-munge-responder.service",
     "system/per-boot.sh": layout.PER_BOOT_SCRIPT,
@@ -171,6 +175,10 @@ def _install_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
         ("ENROOT_URL", ENROOT_URL),
         ("PYXIS_VERSION", PYXIS_VERSION),
         ("PYXIS_URL", PYXIS_URL),
+        ("DOWNLOAD_SHA256", pins.PRODUCT.cluster_env()),
+        ("DOWNLOAD_RECORD", layout.DOWNLOAD_RECORD),
+        ("NEEDRESTART_DROPIN", layout.NEEDRESTART_DROPIN),
+        ("UNATTENDED_UPGRADES_DROPIN", layout.UNATTENDED_UPGRADES_DROPIN),
         ("PYXIS_SO", layout.PYXIS_PLUGIN),
         ("PYXIS_CONF_TEMPLATE", layout.PYXIS_CONF_TEMPLATE),
         ("FSX_CLIENT_KEY_URL", FSX_CLIENT_KEY_URL),

@@ -6,7 +6,8 @@
 # slurmd -C must agree with the configured node (check-slurmd-c.sh prints both lines);
 # the controller starts slurmctld; every node starts a dynamic slurmd
 # (`slurmd -Z --conf "NodeAddr=<this IPv4> ..."`, no slurm.conf edit for a replacement)
-# and the step waits until slurmctld lists this node at that address. When a replaced
+# and the step waits until slurmctld lists this node at that address, then runs a real
+# two-task PMIx step on it (lib/check-pmix.sh). When a replaced
 # controller publishes a new address, the munge responder re-runs this step on workers.
 # Prerequisites: steps 10, 20, 30, 40 (munge Success).
 set -euo pipefail
@@ -62,6 +63,23 @@ registered() {
   ! grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN|INVALID)' <<<"$info" || return 1
   since=$(grep -o 'SlurmdStartTime=[^ ]*' <<<"$info" | cut -d= -f2)
   [[ $since =~ ^[0-9]{4}- ]] && (($(date -d "$since" +%s) >= STARTED_AT - 2))
+}
+
+# pmix_check: a real two-task PMIx step on this node (lib/check-pmix.sh: `srun --mpi=list`
+# would only list plugin files). A drained node takes no job step, so it is left to the
+# validation gate, which runs the same step inside its allocation.
+pmix_check() {
+  local said
+  if scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
+    skip "PMIx run check ($NODE_NAME is drained; the validation gate runs it)"
+    return 0
+  fi
+  said=$("$GPU_CLUSTER_HOME/lib/check-pmix.sh" -N1 -w "$NODE_NAME" --immediate=60) && {
+    log "PMIx: a two-task srun --mpi=pmix step ran on $NODE_NAME"
+    return 0
+  }
+  if [[ $GPU_CLUSTER_PACKAGES == preinstalled ]]; then skip "PMIx run check ($said)"; return 0; fi
+  die "$said"
 }
 
 publish_controller() {
@@ -138,10 +156,7 @@ main() {
   elif scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
     warn "$NODE_NAME is drained: $(scontrol show node "$NODE_NAME" | grep -o 'Reason=.*')"
   fi
-  if ! srun --mpi=list 2>&1 | grep -q pmix; then
-    if [[ $GPU_CLUSTER_PACKAGES == preinstalled ]]; then skip "PMIx check (srun --mpi=list shows no pmix)"
-    else die "srun --mpi=list does not list pmix: srun --mpi=pmix would fail"; fi
-  fi
+  pmix_check
   # The munge responder re-runs this step on workers when the published one changes.
   mv -f "$GPU_CLUSTER_STATE/controller.env.using" "$GPU_CLUSTER_STATE/controller.env"
   log "$NODE_NAME registered with $CONTROLLER_HOST at $NODE_ADDR"

@@ -129,6 +129,19 @@ def test_container_job_runs_in_the_image_on_every_machine(cluster):
         assert re.fullmatch(rf"{host}: {image}; /fsx mounted: yes", line), line
 
 
+def test_container_job_of_an_ordinary_user_runs_on_every_machine(cluster):
+    """Pyxis runs Enroot as the job's user: its unprivileged path (user namespaces and the
+    `+caps` helpers), which the root-run gate never takes."""
+    from localcluster import images
+
+    assert cluster.ordinary_users() == [images.ORDINARY_USER]
+    r = cluster.container_srun(user=images.ORDINARY_USER)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = sorted(r.stdout.splitlines())
+    assert [line.split(":")[0] for line in lines] == sorted(cluster.c.nodes), r.stdout
+    assert all("gpu-cluster test image" in line for line in lines), r.stdout
+
+
 def test_first_boot_gate_runs_its_container_step_on_every_machine(cluster):
     """The gate's container step (Pyxis + Enroot, one task per node) passes: the local
     stack's validation.container_image is the test image, on /fsx before the nodes boot."""

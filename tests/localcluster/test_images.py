@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import images, mirror
+from model import pins
 from tests.support.localcluster_inputs import _fake_inputs
 
 DEB822 = """\
@@ -85,6 +86,7 @@ def test_lanes_pin_their_slurm_series_and_the_mirror_pins_enroot():
         "ENROOT_URL": "file:///mnt/gpu-cluster-mirror/enroot",
         "PYXIS_URL": "file:///mnt/gpu-cluster-mirror/pyxis",
         "ENROOT_VERSION": "4.1.2",
+        "DOWNLOAD_SHA256": "v0.24.0.tar.gz=b",
         "SLURM_SERIES": "24.11",
         "GPU_CLUSTER_FSX": "bind",
     }
@@ -162,3 +164,24 @@ def test_prune_keeps_the_newest_entries_of_each_lane(tmp_path, monkeypatch):
         os.utime(d, (1000 + i, 1000 + i))
     assert images.prune(keep=2) == [tmp_path / "roots" / "bookworm-a"]
     assert sorted(p.name for p in (tmp_path / "roots").iterdir()) == ["bookworm-b", "bookworm-c", "trixie-a"]
+
+
+def test_mirror_pins_every_file_a_lane_node_downloads():
+    m = mirror.Mirror(Path("/x"), "a", "b", (("enroot_4.1.2-1_amd64.deb", "c"), ("enroot+caps_4.1.2-1_amd64.deb", "d")))
+    assert m.download_sha256() == "enroot_4.1.2-1_amd64.deb=c enroot+caps_4.1.2-1_amd64.deb=d v0.24.0.tar.gz=b"
+
+
+def test_vendored_tarballs_are_checked_against_their_pins(tmp_path):
+    bad = tmp_path / "pyxis-0.24.0.tar.gz"
+    bad.write_bytes(b"not the release")
+    with pytest.raises(
+        mirror.MirrorError, match=r"pyxis-0\.24\.0\.tar\.gz: sha256 [0-9a-f]{64}, but model/pins\.py pins ede95ba2"
+    ):
+        mirror.check_vendor_pin(bad)
+
+
+@pytest.mark.skipif(not os.environ.get(mirror.VENDOR_ENV), reason="GPU_CLUSTER_VENDOR_DIR not set")
+def test_the_vendored_tarballs_match_their_pins():
+    vendor = mirror.vendor_dir()
+    for name in mirror.vendor_files():
+        assert mirror.check_vendor_pin(vendor / name) == pins.vendor_pin(name).sha256

@@ -9,6 +9,7 @@ exact commands the step runs and what it concludes from the result.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -39,7 +40,19 @@ CORE = (
     "printf",
     "env",
     "chmod",
+    "sha256sum",
+    "awk",
+    "mv",
+    "install",
 )
+MAIN_DEB, CAPS_DEB = b"main deb", b"caps deb"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+PINS = f"enroot_4.1.2-1_amd64.deb={sha(MAIN_DEB)} enroot+caps_4.1.2-1_amd64.deb={sha(CAPS_DEB)}"
 
 STUBS = {
     # Every call is logged as "<DEBIAN_FRONTEND>|<args>"; `install` marks packages
@@ -48,6 +61,12 @@ STUBS = {
     "apt-get": r"""
 printf '%s|%s\n' "${DEBIAN_FRONTEND:-}" "$*" >>"$STUB/apt.log"
 [[ " $* " == *" ${STUB_APT_FAILS:-none} "* ]] && exit 100
+if [[ " $* " == *" update "* && -e $STUB/state/lists-locked ]]; then
+  # apt 2.7.14's words when apt-daily holds the lists lock (DPkg::Lock::Timeout does not wait)
+  echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)" >&2
+  echo "E: Unable to lock directory /var/lib/apt/lists/" >&2
+  exit 100
+fi
 inst=0
 for a; do
   if [[ $a == install ]]; then inst=1; continue; fi
@@ -70,14 +89,30 @@ done
 if [[ -e $STUB/state/nocandidate-$2 ]]; then echo "  Candidate: (none)"; else echo "  Candidate: 9.9-1"; fi
 """,
     "dpkg-query": r"""
+if [[ $2 == '-f=${db:Status-Abbrev} ${Package}\n' ]]; then  # patterns: list what matches
+  shift 2; rc=1
+  for pat; do for f in "$STUB"/state/$pat; do
+    [[ -e $f && ${f##*/} != held-* ]] || continue
+    if [[ -e $STUB/state/held-${f##*/} ]]; then printf 'hi  %s\n' "${f##*/}"; else printf 'ii  %s\n' "${f##*/}"; fi; rc=0
+  done; done
+  exit $rc
+fi
 pkg=${*: -1}
 [[ -e $STUB/state/$pkg ]] || exit 1
-printf 'ii %s' "$(<"$STUB/state/$pkg")"
+if [[ -e $STUB/state/held-$pkg ]]; then printf 'hi %s' "$(<"$STUB/state/$pkg")"; else printf 'ii %s' "$(<"$STUB/state/$pkg")"; fi
 """,
     "dpkg": r"""[[ $1 == --print-architecture ]] && echo amd64""",
     "modinfo": r"""[[ $1 == lustre && -e $STUB/state/module-lustre ]]""",
     "uname": f"""[[ $1 == -r ]] && echo {KERNEL}""",
     "gpg": r"""cat >/dev/null; echo dearmored""",
+    # the step's only waits: recorded, never slept; STUB_LOCK_FREED_AFTER frees the lists
+    # lock after that many retries (the apt-get stub then succeeds)
+    "sleep": r"""echo "$1" >>"$STUB/sleeps"
+n=$(grep -c . "$STUB/sleeps")
+((n >= ${STUB_LOCK_FREED_AFTER:-999})) && rm -f "$STUB/state/lists-locked"
+exit 0""",
+    "apt-mark": r"""echo "$*" >>"$STUB/apt-mark.log"
+""",
     "openssl": "",
 }
 
@@ -128,6 +163,11 @@ class Box:
             "ENROOT_URL": f"file://{self.tmp}/mirror/enroot",
             "STUB_ENROOT_REPORTS": "4.1.2",
             "GPU_CLUSTER_PACKAGES": "install",
+            "DOWNLOAD_SHA256": PINS,
+            "DOWNLOAD_RECORD": str(self.tmp / "state" / "downloads.sha256"),
+            "NODE_TEMPLATES": str(BOOT / "conf"),
+            "NEEDRESTART_DROPIN": str(self.tmp / "etc/needrestart/conf.d/90-gpu-cluster.conf"),
+            "UNATTENDED_UPGRADES_DROPIN": str(self.tmp / "etc/apt/apt.conf.d/51gpu-cluster-unattended-upgrades"),
         }
         (self.tmp / "fsx.asc").write_text("key\n")
         base.update(env)
@@ -266,8 +306,8 @@ def test_munge_install_keeps_our_conffiles_without_a_terminal(box):
 def make_mirror(box: Box, version: str) -> None:
     d = box.tmp / "mirror" / "enroot" / f"v{version}"
     d.mkdir(parents=True)
-    (d / f"enroot_{version}-1_amd64.deb").write_bytes(b"main deb")
-    (d / f"enroot+caps_{version}-1_amd64.deb").write_bytes(b"caps deb")
+    (d / f"enroot_{version}-1_amd64.deb").write_bytes(MAIN_DEB)
+    (d / f"enroot+caps_{version}-1_amd64.deb").write_bytes(CAPS_DEB)
 
 
 def test_enroot_downloads_both_release_debs_from_enroot_url(box):
@@ -345,3 +385,179 @@ def test_failed_apt_update_is_the_step_reason(box):
     assert r.returncode == 1
     assert box.reason.read_text() == "apt-get update failed with status 100 (output above, in the boot log)\n"
     assert box.apt() == [UPDATE]
+
+
+# --- every download is checked against its sha256 pin (model/pins.py) -------------------
+
+ENROOT_MAIN_URL = "mirror/enroot/v4.1.2/enroot_4.1.2-1_amd64.deb"
+
+
+def test_enroot_download_with_a_wrong_digest_stops_the_step_before_installing(box):
+    make_mirror(box, "4.1.2")
+    wrong = "0" * 64
+    r = box.run("enroot", DOWNLOAD_SHA256=PINS.replace(sha(MAIN_DEB), wrong))
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"sha256 mismatch for enroot_4.1.2-1_amd64.deb from file://{box.tmp}/{ENROOT_MAIN_URL}: "
+        f"expected {wrong}, got {sha(MAIN_DEB)}\n"
+    )
+    assert box.apt() == []  # nothing was installed from the file
+
+
+def test_enroot_downloads_that_match_their_pins_are_logged(box):
+    make_mirror(box, "4.1.2")
+    r = box.run("enroot")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"enroot+caps_4.1.2-1_amd64.deb sha256 {sha(CAPS_DEB)} matches its pin" in r.stdout
+
+
+def test_pyxis_source_with_a_wrong_digest_stops_the_step_before_building(box):
+    src = box.tmp / "mirror" / "pyxis"
+    src.mkdir(parents=True)
+    (src / "v0.24.0.tar.gz").write_bytes(b"not the release")
+    r = box.run(
+        "pyxis",
+        PYXIS_VERSION="0.24.0",
+        PYXIS_URL=f"file://{src}",
+        PYXIS_SO=str(box.tmp / "lib/spank_pyxis.so"),
+        DOWNLOAD_SHA256=f"v0.24.0.tar.gz={'a' * 64}",
+    )
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"sha256 mismatch for v0.24.0.tar.gz from file://{src}/v0.24.0.tar.gz: "
+        f"expected {'a' * 64}, got {sha(b'not the release')}\n"
+    )
+    assert not (box.tmp / "lib/spank_pyxis.so").exists()
+
+
+def test_a_download_without_a_pin_is_refused(box):
+    make_mirror(box, "4.1.2")
+    r = box.run("enroot", DOWNLOAD_SHA256=f"v0.24.0.tar.gz={'a' * 64}")
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"no sha256 pin for enroot_4.1.2-1_amd64.deb in DOWNLOAD_SHA256 (model/pins.py pins: v0.24.0.tar.gz={'a' * 64})\n"
+    )
+
+
+def test_unpinned_downloads_are_recorded_and_a_changed_file_is_refused(box):
+    make_mirror(box, "4.1.2")
+    record = box.tmp / "state" / "downloads.sha256"
+    unpinned = "enroot_4.1.2-1_amd64.deb=record enroot+caps_4.1.2-1_amd64.deb=record"
+    first = box.run("enroot", DOWNLOAD_SHA256=unpinned)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert record.read_text() == (
+        f"{sha(MAIN_DEB)}  enroot_4.1.2-1_amd64.deb\n{sha(CAPS_DEB)}  enroot+caps_4.1.2-1_amd64.deb\n"
+    )
+    assert "enroot_4.1.2-1_amd64.deb is not pinned (no published digest)" in first.stdout
+    # `sha256sum -c` reads the record as it is (the bake's manifest carries it)
+    ok = subprocess.run(["sha256sum", "-c", str(record)], cwd=box.tmp / "mirror/enroot/v4.1.2", capture_output=True)
+    assert ok.returncode == 0, ok.stdout
+    # the same root installs again (a re-run, a later bake from this image): a changed file stops it
+    (box.tmp / ENROOT_MAIN_URL).write_bytes(b"tampered")
+    (box.bin / "enroot").unlink()  # as if Enroot were not installed yet
+    again = box.run("enroot", DOWNLOAD_SHA256=unpinned)
+    assert again.returncode == 1
+    assert box.reason.read_text() == (
+        f"sha256 mismatch for enroot_4.1.2-1_amd64.deb from file://{box.tmp}/{ENROOT_MAIN_URL}: "
+        f"expected {sha(MAIN_DEB)} (recorded in {record}), got {sha(b'tampered')}\n"
+    )
+
+
+def test_product_pins_name_every_file_step_20_downloads():
+    from model import pins
+
+    words = dict(w.split("=") for w in pins.PRODUCT.cluster_env().split())
+    v, p = pins.PRODUCT.enroot_version, pins.PRODUCT.pyxis_version
+    assert set(words) == {f"enroot_{v}-1_amd64.deb", f"enroot+caps_{v}-1_amd64.deb", f"v{p}.tar.gz"}
+    assert all(d == pins.RECORD or re.fullmatch(r"[0-9a-f]{64}", d) for d in words.values())
+    for d in pins.PRODUCT.downloads:
+        assert d.url.endswith("/" + d.file) and d.source
+
+
+# --- apt-get update waits for the lists lock (DPkg::Lock::Timeout does not) -------------
+
+
+def test_update_retries_while_apt_daily_holds_the_lists_lock(box):
+    (box.state / "lists-locked").touch()
+    r = box.run("munge_pkg", STUB_LOCK_FREED_AFTER="3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [UPDATE] * 4 + [install_line("munge")]
+    assert (box.stub / "sleeps").read_text() == "5\n5\n5\n"
+    assert "apt lists lock held (apt-daily?): retrying apt-get update in 5s" in r.stdout
+
+
+def test_update_gives_up_on_a_lists_lock_held_too_long(box):
+    (box.state / "lists-locked").touch()
+    r = box.run("munge_pkg", APT_LISTS_LOCK_WAIT="20")
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        "apt-get update: the apt lists lock (/var/lib/apt/lists/lock) was still held after 20s: "
+        "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)\n"
+    )
+    assert len(box.apt()) == 5 and (box.stub / "sleeps").read_text() == "5\n" * 4
+
+
+# --- what keeps a running cluster as installed -----------------------------------------
+
+
+def test_hold_and_quiet_holds_kernel_lustre_slurm_munge_and_installs_the_dropins(box):
+    for pkg in (
+        f"linux-image-{KERNEL}",
+        "linux-aws",
+        f"lustre-client-modules-{KERNEL}",
+        "lustre-client-utils",
+        "slurmd",
+        "slurm-client",
+        "libpmix2",
+        "munge",
+        "libmunge2",
+        "curl",
+        "munge-tools",
+    ):
+        box.installed(pkg)
+    r = box.run("hold_and_quiet")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (hold,) = (box.stub / "apt-mark.log").read_text().splitlines()
+    assert hold.split() == [
+        "hold",
+        f"linux-image-{KERNEL}",
+        "linux-aws",
+        "lustre-client-modules-6.8.0-1015-aws",
+        "lustre-client-utils",
+        "slurm-client",
+        "slurmd",
+        "libpmix2",
+        "munge",
+        "libmunge2",
+    ]
+    etc = box.tmp / "etc"
+    assert (etc / "needrestart/conf.d/90-gpu-cluster.conf").read_bytes() == (
+        BOOT / "conf/needrestart.conf"
+    ).read_bytes()
+    assert (etc / "apt/apt.conf.d/51gpu-cluster-unattended-upgrades").read_bytes() == (
+        BOOT / "conf/unattended-upgrades.conf"
+    ).read_bytes()
+
+
+@pytest.mark.skipif(not PMIX_PLUGIN, reason="the step checks for Slurm's PMIx plugin on this machine")
+def test_held_packages_count_as_installed_on_a_baked_root(box):
+    # dpkg reports a held package as `hi`, not `ii`: a node booted from a root whose bake
+    # held Slurm must verify it, not try to install it again
+    for pkg in SLURM_PKGS:
+        box.installed(pkg, "22.05.8-4+deb12u3")
+        (box.state / f"held-{pkg}").touch()
+    box.installed("munge")
+    (box.state / "held-munge").touch()
+    for b in ("munged", "mungekey", "munge", "unmunge"):
+        box.add_stub(b, "")
+    r = box.run("slurm; munge_pkg; hold_and_quiet", SLURM_SERIES="22.05")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == []
+    (hold,) = (box.stub / "apt-mark.log").read_text().splitlines()
+    assert hold.split() == ["hold", "slurm-client", "slurm-wlm", "slurmctld", "slurmd", "libpmix-dev", "munge"]
+
+
+def test_hold_and_quiet_with_nothing_to_hold_fails(box):
+    r = box.run("hold_and_quiet")
+    assert r.returncode == 1
+    assert box.reason.read_text().startswith("no kernel, Lustre, Slurm or munge package found to hold")

@@ -281,8 +281,19 @@ def test_check_step_applies_baseline_drop():
     assert vr.check_step(CFG, {}, "all_reduce", text)["verdict"] == "GO"
     r = vr.check_step(CFG, {"all_reduce.algbw": 300.0}, "all_reduce", text)
     assert r["reasons"] == ["algbw 259.78 GB/s at 17179869184 bytes below 270.0 GB/s"]
-    assert vr.check_step(CFG, {}, "pmix", "MPI plugin types are...\n\tnone\n\tpmix\n")["verdict"] == "GO"
-    assert vr.check_step(CFG, {}, "pmix", "\tnone\n\tpmi2\n")["verdict"] == "NO-GO"
+    # pmix: the two-task step's log; run_step appends the exit status line only on failure
+    assert vr.check_step(CFG, {}, "pmix", "# two-task PMIx step on a,b\n")["verdict"] == "GO"
+    failed = (
+        "# srun\nsrun: error: MPI: Unable to load any plugin\ngate: command exit status 1 (124: killed after 60s)\n"
+    )
+    r = vr.check_step(CFG, {}, "pmix", failed)
+    assert (r["verdict"], r["reasons"]) == (
+        "NO-GO",
+        ["srun --mpi=pmix -n2 true failed: srun: error: MPI: Unable to load any plugin"],
+    )
+    # the old check's evidence (the plugin listed) is no longer enough
+    listed = "MPI plugin types are...\n\tpmix\ngate: command exit status 1 (124: killed after 60s)\n"
+    assert vr.check_step(CFG, {}, "pmix", listed)["verdict"] == "NO-GO"
 
 
 class FakeRun:
@@ -372,8 +383,16 @@ def test_build_without_steps_is_nogo(tmp_path):
 
 # --- the gate against fake Slurm on a CPU-only node ----------------------------------
 
+# FAKE_MPI=pmix: the PMIx step runs; nolib: Slurm's words without the PMIx library (as
+# Slurm 22.05 printed them on this machine; the plugin is still listed by --mpi=list)
 FAKE_SRUN = """#!/usr/bin/env bash
-if [ "$1" = "--mpi=list" ]; then printf 'MPI plugin types are...\\n\\tnone\\n\\t%s\\n' "$FAKE_MPI"; exit 0; fi
+if [ "$1" = "--mpi=list" ]; then printf 'MPI plugin types are...\\n\\tnone\\n\\tpmix\\n'; exit 0; fi
+if [ "$*" = "--mpi=pmix -n2 true" ]; then
+  [ "$FAKE_MPI" = pmix ] && exit 0
+  echo "srun: error:  mpi/pmix_v4: init: (null) [0]: mpi_pmix.c:195: pmi/pmix: can not load PMIx library" >&2
+  echo "srun: error: Couldn't load specified plugin name for mpi/pmix: Plugin init() callback failed" >&2
+  exit 1
+fi
 echo "unexpected srun $*" >&2; exit 1
 """
 FAKE_SCONTROL = """#!/usr/bin/env bash
@@ -449,12 +468,16 @@ def test_gate_on_cpu_only_cluster_runs_pmix_and_skips_the_rest(tmp_path, image, 
     assert report["verdict"] == "GO" and not (tmp_path / "fsx" / "validation" / "baseline.json").exists()
 
 
-def test_gate_without_pmix_stops_and_is_nogo(tmp_path):
-    proc, report, _ = fake_gate(tmp_path, "pmi2")
+def test_gate_without_the_pmix_library_stops_and_is_nogo(tmp_path):
+    # the plugin is listed (the old `srun --mpi=list` check passed here); the step cannot run
+    proc, report, _ = fake_gate(tmp_path, "nolib")
     steps = [(r["step"], r["verdict"]) for r in report["steps"]]
     assert steps == [("container", "SKIPPED"), ("pmix", "NO-GO"), ("single", "SKIPPED")]
     assert report["verdict"] == "NO-GO"
-    assert "pmix not listed by srun --mpi=list" in report["steps"][1]["reasons"][0]
+    assert report["steps"][1]["reasons"] == [
+        "srun --mpi=pmix -n2 true failed: srun: error:  mpi/pmix_v4: init: (null) [0]: mpi_pmix.c:195: "
+        "pmi/pmix: can not load PMIx library"
+    ]
 
 
 def test_status_command_reads_latest(tmp_path):

@@ -37,6 +37,7 @@ def ctx(instance_type="p5.48xlarge", **over):
 
 FAKE_GPU_SRUN = """#!/usr/bin/env bash
 # stands in for srun: answers from the real logs in tests/data/verdict
+[ "$*" = "--mpi=pmix -n2 true" ] && exit 0  # the gate's pmix step: PMIx works here
 case "$1" in
   --mpi=list) printf 'MPI plugin types are...\\n\\tnone\\n\\tpmix\\n'; exit 0 ;;
   --help) echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'; exit 0 ;;

@@ -59,8 +59,9 @@ def check_step(config, baseline_figures, step, text):
         ok = len(hosts) >= want
         return {'tool': 'srun --container-image', 'verdict': 'GO' if ok else 'NO-GO', 'reasons': [] if ok else [f'the container ran on {len(hosts)} of {want} node(s)'], 'notes': hosts}
     if step == 'pmix':
-        ok = re.search('\\bpmix', text) is not None
-        return {'tool': 'srun --mpi=list', 'verdict': 'GO' if ok else 'NO-GO', 'reasons': [] if ok else ['pmix not listed by srun --mpi=list: Slurm built without PMIx (--with-pmix)'], 'notes': []}
+        failed = re.search('^gate: command exit status', text, re.M) is not None
+        errors = [ln.strip() for ln in text.splitlines() if re.search('error', ln, re.I)]
+        return {'tool': 'srun --mpi=pmix -n2 true', 'verdict': 'NO-GO' if failed else 'GO', 'reasons': [f"srun --mpi=pmix -n2 true failed: {(errors or ['no error output'])[0]}"] if failed else [], 'notes': errors[:5]}
     th = config['thresholds']
     limit, source = limit_for(step, config, baseline_figures)
     figure, _, kind = FIGURES[step]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # First-boot validation gate, bottom up:
-#   1 pmix in `srun --mpi=list`          2 single-node all_reduce_perf per node (NVLink, GPUs)
+#   1 a two-task `srun --mpi=pmix` step  2 single-node all_reduce_perf per node (NVLink, GPUs)
 #   3 host nccl-tests per node pair      4 PyTorch measurement in the image through Pyxis
 #   5 fi_pingpong latency per node pair
 # A failed step stops the steps above it; absent tools make steps SKIPPED with the
@@ -226,6 +226,15 @@ container_step() {
     --container-mounts=/fsx:/fsx sh -c 'echo "container-ok $(hostname -s)"' || true
 }
 
+# pmix_step NODES: a real two-task PMIx step. It loads Slurm's mpi/pmix plugin and the
+# PMIx library in srun and slurmstepd; `srun --mpi=list` only lists plugin files, so a
+# missing libpmix shows only here ("can not load PMIx library"), as Slurm's own error.
+pmix_step() {
+  echo "# two-task PMIx step on $1" >"$LOGS/pmix.log"
+  run_step pmix "$1" "" 60 "$LOGS/pmix.log" -- \
+    srun --mpi=pmix -n2 true
+}
+
 finish() {
   # always leave a report, also when a step above died under set -e
   report build --drain || true
@@ -239,7 +248,7 @@ main() {
   trap finish EXIT
   log "run $RUN_ID on $nodes"
   container_step "$nodes"
-  if run_step pmix "$nodes" "" 60 "$LOGS/pmix.log" -- srun --mpi=list; then
+  if pmix_step "$nodes"; then
     gpu_steps "$nodes"
   else
     skip single "$nodes" "" "pmix missing: srun --mpi=pmix cannot start the tests"
