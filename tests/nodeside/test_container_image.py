@@ -244,6 +244,7 @@ def test_train_template_imports_once_and_names_its_container(tmp_path, env):
         tasks_per_node=8,
         cpus_per_task=24,
         job_dir="/fsx/jobs",
+        run_launcher="/opt/gpu-cluster/bin/gpu-cluster-run",
     )
     assert "/opt/gpu-cluster/bin/gpu-cluster-image" in text
     job = tmp_path / "train.sbatch"

@@ -1,0 +1,154 @@
+"""nodeside/health.py, run as slurmd runs it, against faked tools (tests/support/health_node.py).
+
+Each fault is injected through the tool the check reads; the node is drained with a reason
+naming the check and its evidence, the record lands on "/fsx", a healthy run resumes only
+a drain of its own, and a missing tool is a skip with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nodeside import health
+from tests.support.health_node import NODE, make_node
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = make_node(tmp_path)
+    yield n
+    n.stop()
+
+
+def _checks(record: dict) -> dict[str, dict]:
+    return {c["check"]: c for c in record["checks"]}
+
+
+def test_healthy_node_every_check_ok_and_record_written(node):
+    record = node.run()
+    assert record["state"] == "healthy", record
+    assert {c: r["status"] for c, r in _checks(record).items()} == {
+        "gpu-count": "ok",
+        "pcie": "ok",
+        "xid": "ok",
+        "ecc": "ok",
+        "efa": "ok",
+        "fsx": "ok",
+        "nvme": "ok",
+        "munge": "ok",
+        "slurmd": "ok",
+        "clock": "ok",
+        "dcgm": "ok",
+    }
+    assert json.loads((node.records / f"{NODE}.json").read_text())["state"] == "healthy"
+    assert node.scontrol_calls() == []  # nothing to drain, nothing of ours to resume
+
+
+def test_gpu_count_drains_with_check_and_evidence(node):
+    node.set("gpus", "7")
+    record = node.run()
+    reason = "gpu-cluster health: gpu count 7 of 8 (nvidia-smi -L)"
+    assert record["reason"].startswith(reason)
+    assert node.scontrol_calls()[0].startswith(f"update nodename={NODE} state=drain reason={reason}")
+    assert record["slurm"]["action"] == "drain"
+
+
+@pytest.mark.parametrize(
+    ("fake", "value", "check", "evidence"),
+    [
+        ("pcie", "5 8", "pcie", "gen5 x8"),
+        ("remap_pending", "Yes", "ecc", "row remap pending"),
+        ("dram_uncorr", "2", "ecc", "DRAM Uncorrectable ECC 2"),
+        ("chrony", "Leap status     : Not synchronised\n", "clock", "leap status Not synchronised"),
+        ("chrony", "Leap status     : Normal\nSystem time     : 0.5 seconds slow of NTP time\n", "clock", "500 ms"),
+        ("dcgm", "| Memory | Fail - GPU 3 |\n", "dcgm", "Memory Fail - GPU 3"),
+        ("munge_rc", "1", "munge", "munge credential round trip failed"),
+    ],
+)
+def test_each_fault_fails_its_check(node, fake, value, check, evidence):
+    node.set(fake, value)
+    record = node.run()
+    got = _checks(record)[check]
+    assert got["status"] == "fail" and evidence in got["detail"], got
+    assert record["reason"].startswith("gpu-cluster health: ") and evidence in record["reason"]
+
+
+def test_efa_device_removed_and_port_down(node):
+    (node.ib / "rdmap3s0" / "ports" / "1" / "state").write_text("1: DOWN\n")
+    got = _checks(node.run())["efa"]
+    assert got["status"] == "fail" and "rdmap3s0/1 1: DOWN" in got["detail"]
+    for child in sorted((node.ib / "rdmap3s0").rglob("*"), reverse=True):
+        child.unlink() if child.is_file() else child.rmdir()
+    (node.ib / "rdmap3s0").rmdir()
+    assert "efa devices 3 of 4" in _checks(node.run())["efa"]["detail"]
+
+
+def test_fsx_not_writable_fails(node):
+    # Root writes through any mode bits: the probe goes where no directory can be made
+    # (below a regular file), set in overrides.env as the lane sets its own values.
+    blocker = node.root / "not-a-dir"
+    blocker.write_text("")
+    (node.root / "etc" / "overrides.env").write_text(f"HEALTH_RECORDS={blocker}/health\n")
+    got = _checks(node.run())["fsx"]
+    assert got["status"] == "fail" and "/ not writable" in got["detail"], got
+
+
+def test_xid_classes_new_events_only_and_sticky(node):
+    node.add_xid(13)  # the application's: recorded, no drain
+    record = node.run()
+    assert record["state"] == "healthy" and "application/unclassified XIDs 13" in _checks(record)["xid"]["detail"]
+    node.add_xid(79)
+    record = node.run()
+    xid = _checks(record)["xid"]
+    assert xid["status"] == "fail" and xid["action"] == "replace"
+    assert "xid 79 (replace: GPU has fallen off the bus) on 0000:53:00" in record["reason"]
+    # No new line since: the hardware fault is kept, not forgotten by the next run.
+    assert _checks(node.run())["xid"]["status"] == "fail"
+    # An operator who repaired it clears it; only then the node is healthy again.
+    assert node.run("--clear-xid")["state"] == "healthy"
+
+
+def test_resume_only_our_own_drain(node):
+    node.set("gpus", "7")
+    node.run()
+    node.set("gpus", "8")
+    record = node.run()
+    assert record["slurm"]["action"] == "resume"
+    assert node.scontrol_calls()[-1] == f"update nodename={NODE} state=resume"
+    # An operator's drain is left alone, healthy or not.
+    node.set("slurm", "drained|maintenance by alice")
+    assert node.run()["slurm"]["action"] == "none"
+    node.set("gpus", "7")
+    record = node.run()
+    assert record["slurm"]["action"] == "none" and "maintenance by alice" in record["slurm"]["why"]
+    assert len(node.scontrol_calls()) == 2
+
+
+def test_missing_tools_are_skipped_with_reason(node, tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    record = node.run("--no-slurm", path=str(empty))
+    checks = _checks(record)
+    for name in ("gpu-count", "pcie", "ecc", "dcgm", "munge"):
+        assert checks[name]["status"] == "skip" and "not installed" in checks[name]["detail"], checks[name]
+    assert checks["clock"]["status"] == "skip"
+    assert record["slurm"] == {"action": "none", "why": "--no-slurm"}
+
+
+def test_xid_classification_table():
+    assert health.xid_class(79)[0] == "replace"
+    assert health.xid_class(48)[0] == "replace"
+    assert health.xid_class(95)[0] == "reset"
+    assert health.xid_class(94)[0] == "reset"
+    assert health.xid_class(31)[0] == "application"
+    assert health.xid_class(9999)[0] == "unclassified"
+
+
+def test_smi_q_parser_tracks_sections():
+    text = "GPU 00000000:53:00.0\n    Remapped Rows\n        Pending    : Yes\n    ECC Errors\n        Volatile\n            DRAM Uncorrectable : 0\n"
+    assert health._smi_q_values(text) == [
+        ("00000000:53:00.0", "Remapped Rows/Pending", "Yes"),
+        ("00000000:53:00.0", "ECC Errors/Volatile/DRAM Uncorrectable", "0"),
+    ]
