@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """gpu-cluster-run: start a training command from the newest complete checkpoint.
 
-    gpu-cluster-run [--checkpoint-dir DIR] [--marker NAME] [--resume-flag FLAG]
+    gpu-cluster-run [--checkpoint-dir DIR] [--marker NAME] [--resume-flag=FLAG]
                     [--max-restarts N] -- COMMAND [ARG...]
+
+(a FLAG that starts with `-` needs the `=` form: `--resume-flag=--resume`)
 
 In a batch job submitted with `--requeue` (the job templates are): when Slurm requeues
 the job after a node failure or `scontrol requeue` (slurm.conf JobRequeue=1), the batch

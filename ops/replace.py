@@ -287,6 +287,7 @@ def replace(
             _drain_and_wait(ctx, rep, opts, controller, slurm_node, jobs or [])
         else:
             rep.add(ctx, "drain", "skipped", "--no-drain")
+            rep.add(ctx, "wait", "skipped", "--no-drain: jobs on the node are not waited for")
         _terminate(ctx, rep, opts, instance_id, asg, name_base, cluster)
     except OpsError as err:
         done = {s.stage for s in rep.stages}
