@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from model.catalog import CATALOG
+from model.health import HealthConfig
 from tests.support.node_shell import fill_placeholders, max_node_count
 from tests.support.slurm_harness import (
     SYSROOT_ENV,
@@ -50,7 +51,10 @@ CLUSTER, PARTITION = "oracle", "train"
 def _config(
     spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None, cgroup_plugin: str | None = None
 ) -> dict[str, str]:
-    files = sc.render_slurm_files(CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin())
+    # With the health section's lines as every stack renders them (HealthCheckProgram, ...).
+    files = sc.render_slurm_files(
+        CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin(), health=HealthConfig()
+    )
     conf = fill_placeholders(
         files[node_layout.SLURM_CONF_TEMPLATE],
         {
@@ -118,6 +122,10 @@ def test_slurmctld_accepts_p5_config(cluster):
     assert cfg["SlurmctldHost[0]"] == f"{host_short_name()}(127.0.0.1)"
     assert cfg["SelectType"] == "select/cons_tres"
     assert cfg["SelectTypeParameters"] == "CR_CORE"
+    assert cfg["HealthCheckProgram"] == node_layout.HEALTH_PROGRAM
+    assert cfg["HealthCheckInterval"] == "300 sec"
+    assert cfg["HealthCheckNodeState"] == "ANY"
+    assert cfg["JobRequeue"] == "1"
     assert cfg["ProctrackType"] == "proctrack/cgroup"
     assert cfg["TaskPlugin"] == "task/cgroup,task/affinity"
     assert cfg["GresTypes"] == "gpu"
