@@ -36,8 +36,8 @@ class HealthConfig(Strict):
     node_states: tuple[NodeState, ...] = Field(
         ("ANY",),
         min_length=1,
-        json_schema_extra={"doc_default": "`[ANY]`"},
-        description="Node states the program runs in (HealthCheckNodeState), e.g. [IDLE] to leave busy nodes alone.",
+        json_schema_extra={"doc_default": "`ANY`"},
+        description="Node states the program runs in (HealthCheckNodeState), e.g. only IDLE to leave busy nodes alone.",
     )
     cycle: bool = Field(
         False,

@@ -152,3 +152,16 @@ def test_smi_q_parser_tracks_sections():
         ("00000000:53:00.0", "Remapped Rows/Pending", "Yes"),
         ("00000000:53:00.0", "ECC Errors/Volatile/DRAM Uncorrectable", "0"),
     ]
+
+
+def test_bench_runs_and_meets_its_goal():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_health.py"
+    r = subprocess.run(
+        [sys.executable, str(bench), "--runs", "2", "--log-lines", "1000"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "median" in r.stdout.splitlines()[-1]
