@@ -156,14 +156,17 @@ def check_pcie(env):
         return result("pcie", "skip", err)
     if rc != 0:
         return result("pcie", "skip", f"nvidia-smi {query} exit {rc}: {err.strip()[:80]}")
-    bad = []
+    bad, seen = [], 0
     for line in out.splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != 3 or not all(f.isdigit() for f in fields[1:]):
-            continue
+            continue  # [N/A] on a GPU that does not report it
+        seen += 1
         bus, g, w = fields[0], int(fields[1]), int(fields[2])
         if (gen and g < gen) or (width and w < width):
             bad.append(f"{bus} gen{g} x{w}")
+    if not seen:
+        return result("pcie", "skip", "nvidia-smi reports no PCIe link figures")
     if bad:
         detail = f"pcie link below gen{gen} x{width}: {', '.join(bad[:3])} (nvidia-smi pcie.link)"
         return result("pcie", "fail", detail, "replace")
