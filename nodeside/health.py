@@ -537,8 +537,24 @@ def slurm_node(node):
     return state.strip(), "" if reason.strip() == "none" else reason.strip()
 
 
-def act(node, failures):
-    """Drain on failure, resume our own drain when healthy; never touch another's drain."""
+def boot_state(env):
+    """The boot's own state (`ok`, `running`, `retrying`, `failed`) from its local status file."""
+    try:
+        with open(env.get("HEALTH_BOOT_STATUS", "/var/lib/gpu-cluster/status")) as f:
+            status = json.load(f)
+        return str(status.get("state", "unknown")), str(status.get("step", ""))
+    except (OSError, ValueError, AttributeError):
+        return "not started", ""
+
+
+def act(node, failures, env=None):
+    """Drain on failure, resume our own drain when healthy; never touch another's drain.
+
+    Nothing is changed while the boot runs: slurmd starts (and runs this program) at step
+    50, before NVMe and the later steps are ready; a failed boot drains with its own reason."""
+    boot, step = boot_state(env or {})
+    if boot != "ok":
+        return {"action": "none", "why": f"boot {boot}" + (f" at {step}" if step else "") + ": Slurm left as is"}
     state, reason = slurm_node(node)
     if state is None:
         return {"action": "none", "why": f"slurm unavailable: {reason}"}
@@ -582,7 +598,7 @@ def main(argv=None):
         "state": "unhealthy" if failures else "healthy",
         "reason": drain_reason(failures) if failures else "",
         "checks": checks,
-        "slurm": {"action": "none", "why": "--no-slurm"} if args.no_slurm else act(node, failures),
+        "slurm": {"action": "none", "why": "--no-slurm"} if args.no_slurm else act(node, failures, env),
     }
     record["seconds"] = round(time.monotonic() - started, 3)
     write_json(state_path, state)

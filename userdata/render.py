@@ -269,6 +269,7 @@ def health_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
         ("HEALTH_XID_SOURCE", "kernel"),
         ("HEALTH_RECORDS", layout.health_records(cfg.name)),
         ("HEALTH_STATE", layout.HEALTH_STATE),
+        ("HEALTH_BOOT_STATUS", layout.LOCAL_STATUS),
     ]
 
 

@@ -49,11 +49,17 @@ CLUSTER, PARTITION = "oracle", "train"
 
 
 def _config(
-    spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None, cgroup_plugin: str | None = None
+    spec,
+    layout: SlurmLayout,
+    *,
+    expected_nodes: int,
+    gres_dir: str | None = None,
+    cgroup_plugin: str | None = None,
+    health: HealthConfig | None = None,
 ) -> dict[str, str]:
     # With the health section's lines as every stack renders them (HealthCheckProgram, ...).
     files = sc.render_slurm_files(
-        CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin(), health=HealthConfig()
+        CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin(), health=health or HealthConfig()
     )
     conf = fill_placeholders(
         files[node_layout.SLURM_CONF_TEMPLATE],
@@ -146,6 +152,22 @@ def test_slurmctld_accepts_p5_config(cluster):
     # The controller wrote its state where the config says (on /fsx for real nodes).
     cluster.stop()
     assert cluster.host_path(cluster.layout.state / "node_state").exists()
+
+
+@pytest.mark.parametrize(
+    ("states", "cycle"),
+    [(("IDLE", "ALLOC", "MIXED"), True), (("IDLE",), False)],
+    ids=["three", "idle"],
+)
+def test_slurmctld_accepts_the_health_node_states(cluster, states, cycle):
+    """The HealthCheckNodeState values the health section renders, read back from slurmctld."""
+    health = HealthConfig(interval_seconds=30, node_states=states, cycle=cycle)
+    cluster.write_configs(_config(CATALOG["p5.48xlarge"], cluster.layout, expected_nodes=2, health=health))
+    cluster.start_munged()
+    cluster.start_slurmctld()
+    cfg = _show_config(cluster)
+    assert cfg["HealthCheckInterval"] == "30 sec"
+    assert set(cfg["HealthCheckNodeState"].split(",")) == set(states) | ({"CYCLE"} if cycle else set())
 
 
 def test_dynamic_node_registers_and_runs_steps(cluster):

@@ -126,6 +126,37 @@ def test_resume_only_our_own_drain(node):
     assert len(node.scontrol_calls()) == 2
 
 
+def test_nothing_changes_in_slurm_while_the_boot_runs(node):
+    (node.root / "state" / "status").write_text('{"state": "running", "step": "60-enroot"}\n')
+    node.set("gpus", "7")
+    record = node.run()
+    assert record["state"] == "unhealthy"  # checked and recorded ...
+    assert record["slurm"] == {"action": "none", "why": "boot running at 60-enroot: Slurm left as is"}
+    assert node.scontrol_calls() == []  # ... but not drained: the boot is not done
+    (node.root / "state" / "status").write_text('{"state": "ok", "step": "95-handoff"}\n')
+    assert node.run()["slurm"]["action"] == "drain"
+
+
+def test_kernel_log_source_reads_only_new_lines(node):
+    """The default source: dmesg, followed by its timestamps between runs."""
+    (node.root / "etc" / "overrides.env").write_text("HEALTH_XID_SOURCE=kernel\n")
+    dmesg = node.root / "bin" / "dmesg"
+    dmesg.write_text('#!/bin/bash\ncat "$FAKE_DIR/dmesg"\n')
+    dmesg.chmod(0o755)
+    node.set("dmesg", "[   12.500000] NVRM: Xid (PCI:0000:53:00): 31, pid=7, name=python, page fault\n")
+    assert "XIDs 31" in _checks(node.run())["xid"]["detail"]
+    # The same line again is old news; a later one is read.
+    assert "XIDs" not in _checks(node.run())["xid"]["detail"]
+    node.set(
+        "dmesg",
+        "[   12.500000] NVRM: Xid (PCI:0000:53:00): 31, pid=7, name=python, page fault\n"
+        "[   99.000000] NVRM: Xid (PCI:0000:9a:00): 95, pid=8, name=python, uncontained ECC\n",
+    )
+    xid = _checks(node.run())["xid"]
+    assert xid["status"] == "fail" and xid["action"] == "reset" and "xid 95" in xid["detail"]
+    assert "(kernel log)" in xid["detail"]
+
+
 def test_missing_tools_are_skipped_with_reason(node, tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()

@@ -12,7 +12,8 @@ injects a fault by writing one file, through the same tools the checks read:
   slurm           `state|reason` sinfo prints (default `idle|none`); scontrol updates it
 and every scontrol call is appended to `fakes/scontrol.log`. The EFA tree is a fake
 /sys/class/infiniband (HEALTH_SYSFS_INFINIBAND), the XID source a file
-(HEALTH_XID_SOURCE), slurmd a copy of `sleep` named slurmd with its pid file.
+(HEALTH_XID_SOURCE), slurmd a copy of `sleep` named slurmd with its pid file, the boot's
+local status `state/status` (ok: the boot finished).
 """
 
 from __future__ import annotations
@@ -158,7 +159,9 @@ def make_node(root: Path, efa: int = 4, **cluster_env: object) -> HealthNode:
         "HEALTH_STATE": str(root / "state" / "health-state.json"),
         "HEALTH_SYSFS_INFINIBAND": str(node.ib),
         "HEALTH_SLURMD_PIDFILE": str(root / "slurmd.pid"),
+        "HEALTH_BOOT_STATUS": str(root / "state" / "status"),
         **cluster_env,
     }
+    (root / "state" / "status").write_text('{"state": "ok", "step": "95-handoff"}\n')
     (etc / "cluster.env").write_text("".join(f"{k}={shlex.quote(str(v))}\n" for k, v in values.items()))
     return node
