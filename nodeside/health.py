@@ -36,6 +36,10 @@ REASON_PREFIX = "gpu-cluster health:"
 TOOL_TIMEOUT = 15  # seconds per tool call; dcgmi gets DCGM_TIMEOUT
 DCGM_TIMEOUT = 40  # level 1 takes seconds; the whole run must stay under Slurm's 60 s
 FSX_TIMEOUT = 10  # a hung Lustre write is a failure, not a hung health program
+# Every tool call ends by this many seconds after the start, and checks not begun by then
+# are skipped: the record must be written before Slurm's kill at 60 s.
+RUN_BUDGET = 45
+_deadline = [time.monotonic() + RUN_BUDGET]
 # slurmd runs the program with a near-empty environment: without PATH, find the tools here.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -105,6 +109,7 @@ def read_env(etc):
 def run(argv, timeout=TOOL_TIMEOUT, stdin=None):
     """(returncode, stdout, stderr); returncode None when the tool is missing, -1 on timeout."""
     env = {**os.environ, "PATH": os.environ.get("PATH") or SYSTEM_PATH}
+    timeout = max(1, min(timeout, _deadline[0] - time.monotonic()))
     try:
         r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
@@ -506,19 +511,26 @@ def write_json(path, data):
 
 
 def run_checks(env, state, node):
-    return [
-        check_gpu_count(env),
-        check_pcie(env),
-        check_xid(env, state),
-        check_ecc(env),
-        check_efa(env),
-        check_fsx(env, node),
-        check_nvme(env),
-        check_munge(env),
-        check_slurmd(env),
-        check_clock(env),
-        check_dcgm(env),
+    checks = [
+        ("gpu-count", lambda: check_gpu_count(env)),
+        ("pcie", lambda: check_pcie(env)),
+        ("xid", lambda: check_xid(env, state)),
+        ("ecc", lambda: check_ecc(env)),
+        ("efa", lambda: check_efa(env)),
+        ("fsx", lambda: check_fsx(env, node)),
+        ("nvme", lambda: check_nvme(env)),
+        ("munge", lambda: check_munge(env)),
+        ("slurmd", lambda: check_slurmd(env)),
+        ("clock", lambda: check_clock(env)),
+        ("dcgm", lambda: check_dcgm(env)),
     ]
+    out = []
+    for name, check in checks:
+        if time.monotonic() >= _deadline[0]:
+            out.append(result(name, "skip", f"the run's {RUN_BUDGET} s budget is spent (tools were slow)"))
+        else:
+            out.append(check())
+    return out
 
 
 def drain_reason(failures):
@@ -574,6 +586,20 @@ def act(node, failures, env=None):
     return {"action": "none", "why": f"healthy, {state}" + (f" ({reason})" if reason else "")}
 
 
+def write_record(env, node, record):
+    """HEALTH_RECORDS/<node>.json, only onto a mounted /fsx: written to the bare mount
+    point it would land on the root volume and hide under the next mount."""
+    mount = env.get("FSX_MOUNTPOINT", "/fsx")
+    records = env.get("HEALTH_RECORDS") or os.path.join(env.get("FSX_ROOT", mount), "health")
+    under_mount = os.path.abspath(records).startswith(os.path.abspath(mount).rstrip("/") + "/")
+    if under_mount and not os.path.ismount(mount):
+        print(f"gpu-cluster-health: {mount} is not mounted; record not written", file=sys.stderr)
+        return
+    done, value = bounded(lambda: write_json(os.path.join(records, f"{node}.json"), record), FSX_TIMEOUT)
+    if not done or isinstance(value, OSError):
+        print(f"gpu-cluster-health: cannot write the record under {records}", file=sys.stderr)
+
+
 def node_name():
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
@@ -584,6 +610,7 @@ def main(argv=None):
     p.add_argument("--clear-xid", action="store_true", help="forget the XID faults kept from earlier runs")
     args = p.parse_args(argv)
     started = time.monotonic()
+    _deadline[0] = started + RUN_BUDGET
     env = read_env(os.environ.get("GPU_CLUSTER_ETC", "/etc/gpu-cluster"))
     state_path = env.get("HEALTH_STATE", "/var/lib/gpu-cluster/health-state.json")
     state = load_state(state_path)
@@ -602,10 +629,7 @@ def main(argv=None):
     }
     record["seconds"] = round(time.monotonic() - started, 3)
     write_json(state_path, state)
-    records = env.get("HEALTH_RECORDS") or os.path.join(env.get("FSX_ROOT", "/fsx"), "health")
-    done, value = bounded(lambda: write_json(os.path.join(records, f"{node}.json"), record), FSX_TIMEOUT)
-    if not done or isinstance(value, OSError):
-        print(f"gpu-cluster-health: cannot write the record under {records}", file=sys.stderr)
+    write_record(env, node, record)
     print(json.dumps(record, indent=2, sort_keys=True))
     return 0
 

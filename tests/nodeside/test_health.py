@@ -95,6 +95,19 @@ def test_fsx_not_writable_fails(node):
     assert got["status"] == "fail" and "/ not writable" in got["detail"], got
 
 
+def test_fsx_not_mounted_fails_and_writes_no_record_on_the_bare_mount_point(node):
+    fsx = node.root / "fsx"  # a plain directory, not a mount
+    (node.root / "etc" / "overrides.env").write_text(f"FSX_MOUNTPOINT={fsx}\n")
+    record = node.run()
+    assert _checks(record)["fsx"] == {
+        "check": "fsx",
+        "status": "fail",
+        "detail": f"{fsx} not mounted (/proc/mounts)",
+        "action": "reset",
+    }
+    assert not (node.records / f"{NODE}.json").exists()
+
+
 def test_xid_classes_new_events_only_and_sticky(node):
     node.add_xid(13)  # the application's: recorded, no drain
     record = node.run()
@@ -166,6 +179,14 @@ def test_missing_tools_are_skipped_with_reason(node, tmp_path):
         assert checks[name]["status"] == "skip" and "not installed" in checks[name]["detail"], checks[name]
     assert checks["clock"]["status"] == "skip"
     assert record["slurm"] == {"action": "none", "why": "--no-slurm"}
+
+
+def test_slow_tools_cannot_outlast_the_budget(node, monkeypatch):
+    """In-process with a spent budget: every check is skipped, none is failed or run."""
+    monkeypatch.setattr(health, "_deadline", [0.0])
+    checks = health.run_checks({}, {}, NODE)
+    assert {c["status"] for c in checks} == {"skip"} and len(checks) == 11
+    assert "budget is spent" in checks[0]["detail"]
 
 
 def test_xid_classification_table():
