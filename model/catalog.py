@@ -16,6 +16,11 @@ Sources (titles and URLs in docs/sources.md):
               (EFA interface layout per card, per-card bandwidth)
   [AWSOME-PC] aws-samples/awsome-distributed-training 2.aws-parallelcluster tips
               (p4d/p4de Slurm node lines: 2 sockets x 24 cores x 2 threads)
+  [NV-A100] [NV-H100] [NV-H200] [NV-B200]
+              NVIDIA's data sheets: each GPU's host link (A100 SXM4 PCIe Gen4,
+              H100/H200 SXM5 PCIe Gen5, x16); nvidia-smi's pcie.link.gen.max is the
+              lower of the GPU's and the system's generation, so the catalog value is
+              the host's where it is lower (B200 supports Gen6, its hosts Gen5)
   [PC-5797]   aws/aws-parallelcluster#5797: `slurmd -C` on p5.48xlarge prints
               CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 ThreadsPerCore=2
               RealMemory=2047961
@@ -51,6 +56,10 @@ class InstanceSpec:
     efa_on_card0: bool  # card 0 carries an efa-only interface at DeviceIndex 1
     local_nvme_gb: int
     efa_gbps: int  # per-node EFA bandwidth, Gbit/s
+    # Each GPU's PCIe link, as `nvidia-smi` reports it (pcie.link.gen.max, .width.current);
+    # 0: not checked (profiles without GPUs). The health program compares them.
+    pcie_gen: int = 0
+    pcie_width: int = 0
     sources: dict[str, str] = field(default_factory=dict)
     unconfirmed: tuple[str, ...] = ()
 
@@ -90,19 +99,25 @@ def _p4_family(name: str, gpu_memory_mib: int) -> InstanceSpec:
         efa_on_card0=True,
         local_nvme_gb=8000,
         efa_gbps=400,
+        pcie_gen=4,
+        pcie_width=16,
         sources={
             "gpus,vcpus,memory,nvme,bandwidth": "K-IT",
+            "pcie": "NV-A100",
             "cards": "CNI",
             "topology": "AWSOME-PC",
             "layout": "EFA-ACC pattern",
         },
-        unconfirmed=("efa_on_card0",),
+        # The GPUs sit behind PCIe switches: the reported generation is not measured yet.
+        unconfirmed=("efa_on_card0", "pcie_gen"),
     )
 
 
 def _p5_family(
     name: str, gpu_model: str, gpu_memory_mib: int, *, cards: int, sources: dict[str, str], unconfirmed: tuple[str, ...]
 ) -> InstanceSpec:
+    # Every p5/p6 GPU in the catalog links to its host at PCIe Gen5 x16 (NV-H100, NV-H200;
+    # B200 supports Gen6 on a Gen5 host, NV-B200), named in `sources` per type.
     return InstanceSpec(
         name=name,
         gpu_model=gpu_model,
@@ -118,6 +133,8 @@ def _p5_family(
         efa_on_card0=True,
         local_nvme_gb=30400,
         efa_gbps=3200,
+        pcie_gen=5,
+        pcie_width=16,
         sources=sources,
         unconfirmed=unconfirmed,
     )
@@ -138,6 +155,7 @@ CATALOG: dict[str, InstanceSpec] = {
                 "cards": "CNI",
                 "topology": "PC-5797",
                 "layout,bandwidth": "EFA-ACC",
+                "pcie": "NV-H100",
             },
             unconfirmed=(),
         ),
@@ -146,7 +164,12 @@ CATALOG: dict[str, InstanceSpec] = {
             "H200",
             144384,
             cards=32,
-            sources={"gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT", "cards": "CNI", "layout": "EFA-ACC"},
+            sources={
+                "gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT",
+                "cards": "CNI",
+                "layout": "EFA-ACC",
+                "pcie": "NV-H200",
+            },
             unconfirmed=("sockets", "cores_per_socket"),
         ),
         _p5_family(
@@ -158,6 +181,7 @@ CATALOG: dict[str, InstanceSpec] = {
                 "gpus,vcpus,memory,nvme,efa,bandwidth": "K-IT",
                 "cards": "CNI",
                 "layout": "EFA-ACC (16-card layout derived)",
+                "pcie": "NV-H200",
             },
             unconfirmed=("sockets", "cores_per_socket"),
         ),
@@ -166,8 +190,13 @@ CATALOG: dict[str, InstanceSpec] = {
             "B200",
             183359,
             cards=8,
-            sources={"gpus,vcpus,memory,nvme,efa": "K-IT", "cards": "CNI", "layout,bandwidth": "EFA-ACC"},
-            unconfirmed=("sockets", "cores_per_socket"),
+            sources={
+                "gpus,vcpus,memory,nvme,efa": "K-IT",
+                "cards": "CNI",
+                "layout,bandwidth": "EFA-ACC",
+                "pcie": "NV-B200",
+            },
+            unconfirmed=("sockets", "cores_per_socket", "pcie_gen"),
         ),
     )
 }

@@ -26,6 +26,7 @@ from model.containers import ContainersConfig, containers_problems
 from model.controller import ControllerConfig, controller_block, controller_problems
 from model.errors import ConfigError
 from model.fsx import FsxConfig, fsx_backup_problems, fsx_problems
+from model.health import HealthConfig
 from model.hooks import HooksConfig
 from model.image import ImageConfig, image_pin_problems
 from model.network import NetworkConfig, configured_zones, network_problems, zone_problems
@@ -59,6 +60,9 @@ class ClusterConfig(Strict):
     root_volume: RootVolumeConfig = Field(RootVolumeConfig(), description="Encrypted gp3 root volume.")
     slurm: SlurmConfig = Field(SlurmConfig(), description="Slurm settings.")
     validation: ValidationConfig = Field(ValidationConfig(), description="First-boot validation gate.")
+    health: HealthConfig = Field(
+        HealthConfig(), description="Node health program Slurm runs on every node (docs/health.md)."
+    )
     node_iam: NodeIamConfig = Field(NodeIamConfig(), description="Extra permissions for the node role.")
     hooks: HooksConfig = Field(HooksConfig(), description="Site-specific scripts the nodes run at boot.")
     containers: ContainersConfig = Field(

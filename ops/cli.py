@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError
 
 from model.catalog import SUPPORTED_INSTANCE_TYPES
 from model.errors import ConfigError, one_line
-from ops import blocks, pin, preflight, replace, status
+from ops import blocks, health, pin, preflight, replace, status
 from ops.aws import OpsError, Session, describe_error
 from ops.context import Context
 from ops.stack import load_stack
@@ -70,14 +70,40 @@ def parser() -> argparse.ArgumentParser:
         help="set the key(s) in the stack file (text edit, comments kept; review with git diff)",
     )
 
-    sp = sub.add_parser("replace", help="drain a node, terminate it through its group, wait for the new one")
+    _node_commands(sub, stack_args)
+    return p
+
+
+def _node_commands(sub, stack_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    """`replace` and `health`: the commands that act on one node."""
+    sp = sub.add_parser(
+        "replace", help="show a node's jobs, confirm, drain, wait for its jobs, replace it through its group"
+    )
     sp.add_argument("node", help="Slurm node name (ip-10-0-1-5) or instance id (i-...)")
     stack_args(sp)
+    sp.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmation (scripts; required without a terminal)"
+    )
+    sp.add_argument(
+        "--wait",
+        type=float,
+        default=0,
+        metavar="MINUTES",
+        help="let running jobs end or be requeued for up to this long",
+    )
+    sp.add_argument(
+        "--force", action="store_true", help="requeue the node's jobs at once (cancel those that cannot be)"
+    )
     sp.add_argument("--no-drain", action="store_true", help="do not drain in Slurm first (controller unreachable)")
     sp.add_argument("--instance-timeout", type=float, default=30, help="minutes to wait for the new instance")
     sp.add_argument("--idle-timeout", type=float, default=45, help="minutes to wait for the new node to be idle")
     sp.add_argument("--poll", type=float, default=30, help="seconds between checks")
-    return p
+
+    sp = sub.add_parser("health", help="run DCGM diagnostics (dcgmi diag -r LEVEL) on one node through SSM")
+    sp.add_argument("node", help="Slurm node name (ip-10-0-1-5) or instance id (i-...)")
+    stack_args(sp)
+    sp.add_argument("--level", type=int, choices=(1, 2, 3), default=2, help="DCGM run level (default 2)")
+    sp.add_argument("--busy-ok", action="store_true", help="run even while jobs run on the node (they slow down)")
 
 
 def main(
@@ -105,6 +131,8 @@ def main(
             return status.run(
                 ctx, args, stack.config.name, stack.region, stack.config.aws_name_base, stack.config, stack.name
             )
+        if args.command == "health":
+            return health.run(ctx, args, stack.config.name)
         return replace.run(ctx, args, stack.config.name, stack.config.aws_name_base)
     except ConfigError as err:
         print(str(err), file=ctx.err)

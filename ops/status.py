@@ -1,5 +1,9 @@
 """status: per Auto Scaling group its block and instances, and the first-boot gate.
 
+Per instance: what Auto Scaling and EC2 say, its boot marker, its Slurm state and drain
+reason, and the health program's last run (state, time, failed checks) from the records
+on /fsx, all read on the controller by nodeside/cluster_status.py.
+
 With the stack's config it also compares each declared block's dates with EC2's record
 of the reservation (the same check as preflight, model/preflight.py
 block_date_findings): a block extended since the last `pulumi up` is named, with the
@@ -78,11 +82,14 @@ def _remote(ctx: Context, cluster: str, name_base: str) -> dict[str, Any]:
         return {"error": f"status script output is not JSON ({err}); it may have been truncated"}
 
 
-def _instance_row(i: dict, ec2: dict, markers: dict, slurm: dict) -> dict[str, Any]:
-    """One instance of a group: what Auto Scaling, EC2, its boot marker and Slurm say."""
+def _instance_row(i: dict, ec2: dict, remote: dict) -> dict[str, Any]:
+    """One instance of a group: what Auto Scaling, EC2, its boot marker, Slurm and the
+    health program say."""
     ip = ec2.get("PrivateIpAddress")
     node = node_name(ip) if ip else None
-    marker = markers.get(node, {}) if node else {}
+    marker = remote.get("markers", {}).get(node, {}) if node else {}
+    slurm = remote.get("slurm", {})
+    health = remote.get("health", {}).get(node, {}) if node else {}
     return {
         "instance_id": i["InstanceId"],
         "private_ip": ip,
@@ -94,6 +101,10 @@ def _instance_row(i: dict, ec2: dict, markers: dict, slurm: dict) -> dict[str, A
         "boot": marker.get("state"),
         "boot_step": marker.get("step"),
         "slurm": slurm.get(node) if node else None,
+        "drain_reason": remote.get("reasons", {}).get(node) if node else None,
+        "health_state": health.get("state"),
+        "health_time": health.get("time"),
+        "health_failed": health.get("failed", []),
     }
 
 
@@ -133,11 +144,10 @@ def collect(
     ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
     instances = describe_instances(ctx, ids)
     remote = _remote(ctx, cluster, name_base) if ssm and ids else {}
-    markers, slurm = remote.get("markers", {}), remote.get("slurm", {})
     out_groups = []
     for g in groups:
         rows = [
-            _instance_row(i, instances.get(i["InstanceId"], {}), markers, slurm)
+            _instance_row(i, instances.get(i["InstanceId"], {}), remote)
             for i in sorted(g.get("Instances", []), key=lambda i: i["InstanceId"])
         ]
         bid = group_block_id(g)
@@ -161,6 +171,13 @@ def collect(
     }
 
 
+def _health(i: dict[str, Any]) -> str:
+    """`healthy (2026-12-01T12:00:00Z)`; `?` before the first run (or without SSM)."""
+    if not i["health_state"]:
+        return "?"
+    return f"{i['health_state']} ({i['health_time']})" if i["health_time"] else i["health_state"]
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [f"cluster {report['cluster']} ({report['region']})"]
     for g in report["groups"]:
@@ -178,8 +195,11 @@ def render(report: dict[str, Any]) -> str:
             lines.append(
                 f"  {i['instance_id']}  {i['private_ip'] or '-'}  {i['node'] or '-'}  "
                 f"{i['lifecycle']}/{i['health']}  v{i['launch_template_version']}  "
-                f"boot {boot}  slurm {i['slurm'] or '?'}"
+                f"boot {boot}  slurm {i['slurm'] or '?'}  health {_health(i)}"
             )
+            if i["drain_reason"]:
+                lines.append(f"    drain reason: {i['drain_reason']}")
+            lines += [f"    health failed: {f}" for f in i["health_failed"]]
     gate = report["validation"]
     if gate:
         line = f"validation gate: {gate['verdict']}"

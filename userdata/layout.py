@@ -20,6 +20,9 @@ VALIDATION = f"{HOME}/validation"
 ENTRY_POINT = f"{BIN}/gpu-cluster-boot"
 FETCH = f"{BIN}/gpu-cluster-fetch"
 VALIDATION_CLI = f"{BIN}/gpu-cluster-validation"
+# Slurm's HealthCheckProgram (nodeside/health.py) and the training launcher (nodeside/run.py).
+HEALTH_PROGRAM = f"{BIN}/gpu-cluster-health"
+RUN_LAUNCHER = f"{BIN}/gpu-cluster-run"
 VALIDATION_JOB = f"{VALIDATION}/first-boot.sbatch"
 CLUSTER_ENV = f"{ETC}/cluster.env"
 # The one file a local node may have that an EC2 node never has (the documented swaps).
@@ -70,6 +73,9 @@ LOCAL_STATUS = f"{STATE_DIR}/status"
 # under a `record` pin (model/pins.py).
 IMAGE_DIR = "/var/lib/gpu-cluster-image"
 DOWNLOAD_RECORD = f"{IMAGE_DIR}/downloads.sha256"
+# The health program's memory between runs: where it stopped reading the XID source and
+# the XID faults still outstanding (a new instance starts without any).
+HEALTH_STATE = f"{STATE_DIR}/health-state.json"
 
 # --- the stack's hook (hooks.on_node_ready); shipped only when the stack sets one ------
 HOOKS = f"{HOME}/hooks"
@@ -95,6 +101,11 @@ def fsx_root(cluster: str) -> str:
 def hook_markers(cluster: str) -> str:
     """Per-node copies of ON_NODE_READY_STATUS on /fsx (`<node>.json`), for operators."""
     return f"{fsx_root(cluster)}/hooks/on-node-ready"
+
+
+def health_records(cluster: str) -> str:
+    """The health program's last run per node (`<node>.json`), read by `ops status`."""
+    return f"{fsx_root(cluster)}/health"
 
 
 def validation_results(cluster: str) -> str:

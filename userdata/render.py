@@ -120,7 +120,7 @@ def cluster_env(
 
     Nothing per node and nothing depending on the node count (that comes from the
     GpuClusterNodes tag at boot)."""
-    values = _base_env(cfg, spec, fsx) + _install_env(cfg, spec)
+    values = _base_env(cfg, spec, fsx) + _install_env(cfg, spec) + health_env(cfg, spec)
     values += block_ends_env(block_ends_uri, region)
     values += hook_env(cfg) + controller_env(cfg)
     if registries is not None:
@@ -250,6 +250,7 @@ def job_templates(cfg, spec: InstanceSpec) -> dict[str, str]:
         "tasks_per_node": spec.gpus or 1,
         "cpus_per_task": spec.cpus_per_gpu,
         "job_dir": layout.FSX_JOBS,
+        "run_launcher": layout.RUN_LAUNCHER,
     }
     out = {}
     for path in sorted((templating.TEMPLATE_ROOT / "jobs").glob("*.j2")):
@@ -276,6 +277,38 @@ def boot_files() -> dict[str, str]:
             raise ValueError(f"nodeside/{rel} has no node path; add it to _PLACED")
         out[dest] = path.read_text(encoding="utf-8")
     return out
+
+
+# Stdlib Python programs shipped verbatim (their repository copy is what runs; tests
+# import them as modules): the health program and the training launcher.
+_PROGRAMS = {"health.py": layout.HEALTH_PROGRAM, "run.py": layout.RUN_LAUNCHER}
+
+
+def program_files() -> dict[str, str]:
+    return {dest: templating.verbatim(rel) for rel, dest in _PROGRAMS.items()}
+
+
+def health_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
+    """cluster.env: what the health program checks against (nodeside/health.py).
+
+    The expected counts are here, not read from the catalog on the node, so the local
+    lane can set what a check expects in overrides.env (e.g. a GPU count while Slurm's
+    gres stays empty). HEALTH_XID_SOURCE: `kernel` (dmesg) or a file path."""
+    health = cfg.health
+    return [
+        ("HEALTH_GPUS", spec.gpus),
+        ("HEALTH_PCIE_GEN", spec.pcie_gen),
+        ("HEALTH_PCIE_WIDTH", spec.pcie_width),
+        ("HEALTH_EFA_COUNT", spec.efa_count),
+        ("HEALTH_NVME_MOUNT", layout.NVME_MOUNT if spec.local_nvme_gb else ""),
+        ("HEALTH_NVME_MIN_FREE_PERCENT", health.nvme_min_free_percent),
+        ("HEALTH_CLOCK_MAX_OFFSET_MS", health.clock_max_offset_ms),
+        ("HEALTH_DCGM_LEVEL1", int(health.dcgm_level1)),
+        ("HEALTH_XID_SOURCE", "kernel"),
+        ("HEALTH_RECORDS", layout.health_records(cfg.name)),
+        ("HEALTH_STATE", layout.HEALTH_STATE),
+        ("HEALTH_BOOT_STATUS", layout.LOCAL_STATUS),
+    ]
 
 
 def validation_ctx(cfg, spec: InstanceSpec) -> dict:
@@ -323,7 +356,9 @@ def node_files(
             spec,
             cgroup_plugin=cgroup_plugin,
             default_time_minutes=cfg.slurm.default_time_minutes,
+            health=cfg.health,
         ),
+        program_files(),
         validation_files(validation_ctx(cfg, spec)),
         {layout.CLUSTER_ENV: cluster_env(cfg, spec, fsx, registries, block_ends_uri, region)},
         registry_files(registries) if registries is not None else {},

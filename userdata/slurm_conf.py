@@ -46,6 +46,7 @@ from __future__ import annotations
 import re
 
 from model.catalog import InstanceSpec
+from model.health import HealthConfig
 from userdata import layout, templating
 
 # --- placeholders filled at boot ----------------------------------------------------
@@ -159,7 +160,23 @@ def job_comp_loc(cluster_name: str) -> str:
     return state_save_location(cluster_name) + "/jobcomp.log"
 
 
-def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str, str]]:
+def health_settings(health: HealthConfig | None) -> list[tuple[str, str]]:
+    """HealthCheckProgram, -Interval and -NodeState [SLURM-HEALTH]; none when disabled.
+
+    slurmd runs the program as root on every node; it drains (and resumes) its own node
+    with scontrol, so Slurm needs nothing else (docs/health.md)."""
+    if health is None or not health.enabled:
+        return []
+    return [
+        ("HealthCheckProgram", layout.HEALTH_PROGRAM),
+        ("HealthCheckInterval", str(health.interval_seconds)),
+        ("HealthCheckNodeState", health.node_state_value()),
+    ]
+
+
+def slurm_conf_settings(
+    cluster_name: str, spec: InstanceSpec, health: HealthConfig | None = None
+) -> list[tuple[str, str]]:
     """slurm.conf KEY=value pairs in file order (the partition line is placed by the template)."""
     placeholder = SLURM_PLACEHOLDERS
     settings = [
@@ -184,6 +201,10 @@ def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str
         # No CommunicationParameters=NoAddrCache: NodeAddr is an IPv4 literal (nothing
         # to re-resolve), and newer Slurm reports the option as defunct.
         ("ReturnToService", "2"),
+        # Slurm's default, set explicitly because the job templates and gpu-cluster-run
+        # rely on it: a batch job whose node fails (or `scontrol requeue`) goes back to
+        # the queue instead of failing [SLURM-HEALTH, SLURM-SBATCH].
+        ("JobRequeue", "1"),
         ("PropagateResourceLimitsExcept", "MEMLOCK"),
         ("PlugStackConfig", layout.PLUGSTACK_CONF),
         ("StateSaveLocation", state_save_location(cluster_name)),
@@ -203,7 +224,7 @@ def slurm_conf_settings(cluster_name: str, spec: InstanceSpec) -> list[tuple[str
         ("JobCompType", "jobcomp/filetxt"),
         ("JobCompLoc", job_comp_loc(cluster_name)),
     ]
-    return settings
+    return settings + health_settings(health)
 
 
 def partition_line(partition: str, default_time_minutes: int = 60) -> str:
@@ -253,6 +274,7 @@ def render_slurm_files(
     cgroup_plugin: str = "autodetect",
     default_time_minutes: int = 60,
     pyxis_plugin_path: str = layout.PYXIS_PLUGIN,
+    health: HealthConfig | None = None,
 ) -> dict[str, str]:
     """Every Slurm-related file a node gets, keyed by absolute node path.
 
@@ -260,7 +282,8 @@ def render_slurm_files(
     test host has a cgroup v1 hierarchy and passes `cgroup/v1` [SLURM-CGROUP].
     Paths under /opt/gpu-cluster/templates still hold placeholders (see module doc).
     lib/check-slurmd-c.sh ships verbatim with the boot files; it reads what to compare
-    from cluster.env (node_hardware).
+    from cluster.env (node_hardware). `health`: the stack's `health` section (None: no
+    HealthCheck lines, as for the local test clusters that run no health program).
     """
     if cgroup_plugin not in _CGROUP_PLUGINS:
         raise ValueError(f"cgroup_plugin must be one of {', '.join(_CGROUP_PLUGINS)}, got {cgroup_plugin!r}")
@@ -270,7 +293,7 @@ def render_slurm_files(
     return {
         layout.SLURM_CONF_TEMPLATE: _render(
             "slurm/slurm.conf.j2",
-            settings=slurm_conf_settings(cluster_name, spec),
+            settings=slurm_conf_settings(cluster_name, spec, health),
             partition_line=partition_line(partition, default_time_minutes),
         ),
         f"{layout.SLURM_ETC}/gres.conf": _render("slurm/gres.conf.j2", lines=gres_conf_lines(spec)),

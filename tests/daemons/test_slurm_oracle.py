@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from model.catalog import CATALOG
+from model.health import HealthConfig
 from tests.support.node_shell import fill_placeholders, max_node_count
 from tests.support.slurm_harness import (
     SYSROOT_ENV,
@@ -48,9 +49,18 @@ CLUSTER, PARTITION = "oracle", "train"
 
 
 def _config(
-    spec, layout: SlurmLayout, *, expected_nodes: int, gres_dir: str | None = None, cgroup_plugin: str | None = None
+    spec,
+    layout: SlurmLayout,
+    *,
+    expected_nodes: int,
+    gres_dir: str | None = None,
+    cgroup_plugin: str | None = None,
+    health: HealthConfig | None = None,
 ) -> dict[str, str]:
-    files = sc.render_slurm_files(CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin())
+    # With the health section's lines as every stack renders them (HealthCheckProgram, ...).
+    files = sc.render_slurm_files(
+        CLUSTER, PARTITION, spec, cgroup_plugin=cgroup_plugin or host_cgroup_plugin(), health=health or HealthConfig()
+    )
     conf = fill_placeholders(
         files[node_layout.SLURM_CONF_TEMPLATE],
         {
@@ -118,6 +128,10 @@ def test_slurmctld_accepts_p5_config(cluster):
     assert cfg["SlurmctldHost[0]"] == f"{host_short_name()}(127.0.0.1)"
     assert cfg["SelectType"] == "select/cons_tres"
     assert cfg["SelectTypeParameters"] == "CR_CORE"
+    assert cfg["HealthCheckProgram"] == node_layout.HEALTH_PROGRAM
+    assert cfg["HealthCheckInterval"] == "300 sec"
+    assert cfg["HealthCheckNodeState"] == "ANY"
+    assert cfg["JobRequeue"] == "1"
     assert cfg["ProctrackType"] == "proctrack/cgroup"
     assert cfg["TaskPlugin"] == "task/cgroup,task/affinity"
     assert cfg["GresTypes"] == "gpu"
@@ -138,6 +152,22 @@ def test_slurmctld_accepts_p5_config(cluster):
     # The controller wrote its state where the config says (on /fsx for real nodes).
     cluster.stop()
     assert cluster.host_path(cluster.layout.state / "node_state").exists()
+
+
+@pytest.mark.parametrize(
+    ("states", "cycle"),
+    [(("IDLE", "ALLOC", "MIXED"), True), (("IDLE",), False)],
+    ids=["three", "idle"],
+)
+def test_slurmctld_accepts_the_health_node_states(cluster, states, cycle):
+    """The HealthCheckNodeState values the health section renders, read back from slurmctld."""
+    health = HealthConfig(interval_seconds=30, node_states=states, cycle=cycle)
+    cluster.write_configs(_config(CATALOG["p5.48xlarge"], cluster.layout, expected_nodes=2, health=health))
+    cluster.start_munged()
+    cluster.start_slurmctld()
+    cfg = _show_config(cluster)
+    assert cfg["HealthCheckInterval"] == "30 sec"
+    assert set(cfg["HealthCheckNodeState"].split(",")) == set(states) | ({"CYCLE"} if cycle else set())
 
 
 def test_dynamic_node_registers_and_runs_steps(cluster):

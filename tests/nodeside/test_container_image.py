@@ -244,6 +244,7 @@ def test_train_template_imports_once_and_names_its_container(tmp_path, env):
         tasks_per_node=8,
         cpus_per_task=24,
         job_dir="/fsx/jobs",
+        run_launcher="/opt/gpu-cluster/bin/gpu-cluster-run",
     )
     assert "/opt/gpu-cluster/bin/gpu-cluster-image" in text
     job = tmp_path / "train.sbatch"
@@ -264,5 +265,6 @@ def test_train_template_imports_once_and_names_its_container(tmp_path, env):
     sqsh = f"{tmp_path}/fsx/images/{SQSH_NAME}"
     assert len(_enroot_calls(tmp_path)) == 1
     sruns = (tmp_path / "srun.log").read_text().splitlines()
-    assert f"--container-image={sqsh} --container-name=train-9 --container-mounts=/fsx:/fsx python train.py" in sruns[0]
+    mounts = "/fsx:/fsx,/opt/gpu-cluster/bin/gpu-cluster-run:/usr/local/bin/gpu-cluster-run:ro"
+    assert f"--container-image={sqsh} --container-name=train-9 --container-mounts={mounts} python train.py" in sruns[0]
     assert sruns[1] == "srun --ntasks-per-node=1 enroot remove -f pyxis_train-9"

@@ -212,7 +212,7 @@ def test_added_and_removed_stacks(changed):
     text = changed["text"]
     extra = _block(text, "== stack extra (new stack): 26 added")
     assert extra[1:3] == [
-        "   51 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
+        "   53 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
         "  added                  LustreFileSystem dev-lustre",
     ]
     prod = _block(text, "== stack prod (stack removed): stack file removed, no resource deleted by it")

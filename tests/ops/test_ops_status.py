@@ -69,7 +69,16 @@ REMOTE = {
         "ip-10-0-1-6": {"state": "failed", "step": "40-fsx"},
     },
     "validation": {"verdict": "NO-GO", "run_id": "20261201-1130", "blamed_nodes": ["ip-10-0-1-6"], "reasons": []},
-    "slurm": {"ip-10-0-1-5": "idle", "ip-10-0-1-6": "down*"},
+    "slurm": {"ip-10-0-1-5": "idle", "ip-10-0-1-6": "drained"},
+    "reasons": {"ip-10-0-1-6": "gpu-cluster health: gpu count 7 of 8 (nvidia-smi -L)"},
+    "health": {
+        "ip-10-0-1-5": {"state": "healthy", "time": "2026-12-01T11:58:00Z", "failed": []},
+        "ip-10-0-1-6": {
+            "state": "unhealthy",
+            "time": "2026-12-01T11:57:00Z",
+            "failed": ["gpu count 7 of 8 (nvidia-smi -L)", "efa devices 31 of 32 (/sys/class/infiniband)"],
+        },
+    },
 }
 
 
@@ -91,10 +100,15 @@ def test_status_text(tmp_path):
         "cluster dev (us-east-2)",
         "group block-a (gpu-cluster-dev-block-a): desired 1, template v3, block cr-0123456789abcdef0 active "
         "2026-11-30T12:00:00Z .. 2026-12-07T12:00:00Z",
-        "  i-0b000000000000002  10.0.1.6  ip-10-0-1-6  InService/Unhealthy  v2  boot failed at 40-fsx  slurm down*",
+        "  i-0b000000000000002  10.0.1.6  ip-10-0-1-6  InService/Unhealthy  v2  boot failed at 40-fsx  slurm drained"
+        "  health unhealthy (2026-12-01T11:57:00Z)",
+        "    drain reason: gpu-cluster health: gpu count 7 of 8 (nvidia-smi -L)",
+        "    health failed: gpu count 7 of 8 (nvidia-smi -L)",
+        "    health failed: efa devices 31 of 32 (/sys/class/infiniband)",
         "group controller (gpu-cluster-dev-controller): desired 1, template v3, block cr-0123456789abcdef0 active "
         "2026-11-30T12:00:00Z .. 2026-12-07T12:00:00Z",
-        "  i-0c000000000000001  10.0.1.5  ip-10-0-1-5  InService/Healthy  v3  boot ok  slurm idle",
+        "  i-0c000000000000001  10.0.1.5  ip-10-0-1-5  InService/Healthy  v3  boot ok  slurm idle"
+        "  health healthy (2026-12-01T11:58:00Z)",
         "validation gate: NO-GO (run 20261201-1130); blamed: ip-10-0-1-6",
     ]
     assert clock.sleeps == [2.0, 2.0]  # bounded polling of the SSM invocation
@@ -143,6 +157,10 @@ def test_status_json_and_ssm_failure_is_reported_not_fatal(tmp_path):
         "boot": None,
         "boot_step": None,
         "slurm": None,
+        "drain_reason": None,
+        "health_state": None,
+        "health_time": None,
+        "health_failed": [],
     }
     assert doc["declared_dates"] == []
     assert doc["groups"][1]["block"] == {
@@ -187,7 +205,10 @@ def test_status_of_a_copied_stack_reads_only_its_own_groups(tmp_path):
     out = ctx.out.getvalue().splitlines()
     assert rc == 0, ctx.err.getvalue()
     assert out[1] == "group controller (gpu-cluster-staging-controller): desired 1, template v3, on-demand"
-    assert out[2] == "  i-0c000000000000001  10.0.1.5  ip-10-0-1-5  InService/Healthy  v3  boot ok  slurm idle"
+    assert out[2] == (
+        "  i-0c000000000000001  10.0.1.5  ip-10-0-1-5  InService/Healthy  v3  boot ok  slurm idle"
+        "  health healthy (2026-12-01T11:58:00Z)"
+    )
     assert other not in ctx.out.getvalue()
 
 
@@ -224,7 +245,7 @@ def test_status_script_runs_under_sh_and_prints_one_json_document(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout.split(STATUS_BEGIN, 1)[1])
-    assert doc["markers"] == {}
+    assert doc["markers"] == {} and doc["health"] == {} and doc["reasons"] == {}
     assert doc["validation"]["verdict"] == "UNKNOWN"
 
 
@@ -255,3 +276,34 @@ def test_expired_block_shows_in_status_without_ssm(tmp_path):
         "2026-11-23T12:00:00Z .. 2026-11-30T12:00:00Z",
         "  (no instances)",
     ]
+
+
+def test_status_program_summarises_health_records(tmp_path):
+    """The records the health program writes on /fsx, as cluster_status.py reads them."""
+    from nodeside import cluster_status
+
+    (tmp_path / "health").mkdir()
+    record = {
+        "node": "ip-10-0-1-6",
+        "time": "2026-12-01T11:57:00Z",
+        "state": "unhealthy",
+        "reason": "gpu-cluster health: gpu count 7 of 8 (nvidia-smi -L)",
+        "checks": [
+            {"check": "gpu-count", "status": "fail", "detail": "gpu count 7 of 8 (nvidia-smi -L)"},
+            {"check": "dcgm", "status": "skip", "detail": "dcgmi not installed"},
+            {"check": "fsx", "status": "ok", "detail": "/fsx mounted and writable"},
+        ],
+        "slurm": {"action": "drain"},
+    }
+    (tmp_path / "health" / "ip-10-0-1-6.json").write_text(json.dumps(record))
+    (tmp_path / "health" / "ip-10-0-1-7.json").write_text("{not json")
+    got = cluster_status.health(str(tmp_path))
+    assert got["ip-10-0-1-6"] == {
+        "state": "unhealthy",
+        "time": "2026-12-01T11:57:00Z",
+        "reason": "gpu-cluster health: gpu count 7 of 8 (nvidia-smi -L)",
+        "failed": ["gpu count 7 of 8 (nvidia-smi -L)"],
+        "skipped": ["dcgm"],
+        "slurm_action": "drain",
+    }
+    assert got["ip-10-0-1-7"]["state"] == "unreadable"

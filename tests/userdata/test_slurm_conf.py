@@ -169,6 +169,7 @@ def test_slurm_conf_settings_exact():
         "MaxNodeCount": "@MAX_NODES@",
         "TreeWidth": "65533",
         "ReturnToService": "2",
+        "JobRequeue": "1",
         "PropagateResourceLimitsExcept": "MEMLOCK",
         "PlugStackConfig": "/etc/slurm/plugstack.conf",
         "StateSaveLocation": "/fsx/.gpu-cluster/demo/slurmctld",
@@ -476,3 +477,22 @@ def test_check_script_shellcheck_and_bash_n(check_script):
         pytest.fail("shellcheck is required (apt-get install shellcheck)")
     r = subprocess.run(["shellcheck", "-s", "bash", str(check_script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_health_check_lines_follow_the_health_section():
+    from model.health import HealthConfig
+
+    conf = sc.render_slurm_files("demo", "train", P5, health=HealthConfig())[node_layout.SLURM_CONF_TEMPLATE]
+    settings = _settings(conf)
+    assert settings["HealthCheckProgram"] == "/opt/gpu-cluster/bin/gpu-cluster-health"
+    assert settings["HealthCheckInterval"] == "300"
+    assert settings["HealthCheckNodeState"] == "ANY"
+    idle = HealthConfig(interval_seconds=120, node_states=("IDLE", "MIXED", "IDLE"), cycle=True)
+    assert sc.health_settings(idle) == [
+        ("HealthCheckProgram", "/opt/gpu-cluster/bin/gpu-cluster-health"),
+        ("HealthCheckInterval", "120"),
+        ("HealthCheckNodeState", "IDLE,MIXED,CYCLE"),
+    ]
+    assert sc.health_settings(HealthConfig(node_states=("ANY", "IDLE")))[-1] == ("HealthCheckNodeState", "ANY")
+    assert sc.health_settings(HealthConfig(enabled=False)) == []
+    assert "HealthCheck" not in sc.render_slurm_files("demo", "train", P5)[node_layout.SLURM_CONF_TEMPLATE]
