@@ -29,7 +29,7 @@ from infra.payload import (
     PayloadObjectArgs,
     payload_uri_template,
 )
-from infra.preflight import preflight
+from infra.preflight import controller_move_problems, preflight
 from infra.registry_secrets import RegistrySecrets, RegistrySecretsArgs
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
@@ -38,6 +38,7 @@ from model.block_ends import block_ends_document, block_ends_uri
 from model.capacity import iso_utc
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig
+from model.errors import ConfigError
 from model.fsx_identity import fsx_identity
 from model.node_iam import node_iam_policy
 from model.registries import RegistryAccess, needs_account, registry_access, stack_parameter_name, stack_secrets
@@ -409,6 +410,12 @@ def build(
     Components are declared in dependency order; the plan lists them in this order.
     """
     preflight(cfg, region, now, allow_example_values)
+    # Time enters once: the groups and the outputs read the same schedule.
+    schedule = cluster_schedule(cfg, now)
+    # Before anything is declared: a controller move must not shrink a running group.
+    moves = controller_move_problems(cfg, region, schedule)
+    if moves:
+        raise ConfigError(moves)
     tags = {**cfg.tags, node_tags.CLUSTER: cfg.name}
     net = _network(cfg, region, tags)
     sg = NodeSecurityGroup(cfg.name, NodeSecurityGroupArgs(cluster_name=cfg.name, vpc_id=net.vpc_id, tags=tags))
@@ -418,8 +425,6 @@ def build(
     lt = _launch_template(cfg, sg, identity, node.user_data_b64, tags)
     ctl_identity = _node_identity(cfg, node, tags, controller=True)
     ctl_lt = _controller_launch_template(cfg, sg, ctl_identity, lt, node.user_data_b64, tags)
-    # Time enters once: the groups and the outputs read the same schedule.
-    schedule = cluster_schedule(cfg, now)
     nodes = _node_groups(cfg, net, lt, ctl_lt, schedule)
     outputs = _stack_outputs(cfg, region, schedule, _Declared(net, sg, fsx, node, lt, ctl_lt, ctl_identity, nodes))
     return BuildResult(outputs=outputs, node_files=node.node_files)

@@ -22,11 +22,22 @@ import pulumi
 import pulumi_aws as aws
 
 from model.config import ClusterConfig
+from model.controller import controller_block, controller_move_problem
 from model.deploy import deploy_problems
 from model.errors import ConfigError
-from model.paths import ROOT
+from model.paths import ROOT, loc_to_path
 from model.placeholders import example_value_problems
-from model.preflight import BlockFacts, PreflightFacts, SubnetFacts, check_blocks, check_network, image_refusal
+from model.preflight import (
+    BlockFacts,
+    PreflightFacts,
+    SubnetFacts,
+    asg_name,
+    check_blocks,
+    check_network,
+    image_refusal,
+)
+from model.schedule import BlockSchedule
+from model.tags import BLOCK as BLOCK_TAG
 
 DEFAULT_ROUTE = "0.0.0.0/0"
 # Route targets in the order a 0.0.0.0/0 route can name them (one is set).
@@ -257,3 +268,53 @@ def preflight(cfg: ClusterConfig, region: str, now: datetime, allow_example_valu
             problems.append((path, message))
     if problems:
         raise ConfigError(problems)
+
+
+def _live_group(name: str):
+    """The live Auto Scaling group `name`, None if there is none.
+
+    The groups data source lists only the names that exist (an empty list is no error),
+    so "no such group" never depends on how the single-group lookup words a miss
+    [ASG-DESCRIBE]."""
+    found = _lookup(aws.autoscaling.get_ami_ids, names=[name])  # the aws_autoscaling_groups data source
+    if name not in (found.names or ()):
+        return None
+    return _lookup(aws.autoscaling.get_group, name=name)
+
+
+def controller_move_problems(cfg: ClusterConfig, region: str, schedule: BlockSchedule) -> list[tuple[str, str]]:
+    """A colocated controller moving into a block whose group runs: read from the live groups.
+
+    The stack file cannot say where the live controller runs (dropping its block from the
+    list moves it without any key naming the new host), so the program looks up the
+    controller group by its fixed name: its GpuClusterBlock tag names the block it follows.
+    No controller group: a first deployment, nothing can move. The pure rule:
+    model/controller.py controller_move_problem."""
+    host = controller_block(cfg.controller, cfg.capacity)
+    block = next((b for b in cfg.capacity.capacity_blocks if b.name == host), None)
+    if block is None:
+        return []
+    path = loc_to_path(("controller", "block"))
+    names = {g.name: asg_name(cfg.aws_name_base, g.name) for g in cfg.node_groups()}
+    host_group = f"block-{block.name}"
+    try:
+        ctl = _live_group(names["controller"])
+        if ctl is None:
+            return []
+        live_block = next((t.value for t in ctl.tags or () if t.key == BLOCK_TAG), None)
+        live_host = None if live_block == block.name else _live_group(names[host_group])
+    except LookupFailed as failure:
+        what = f"the Auto Scaling groups of this stack ({names['controller']}, {names[host_group]})"
+        why = _cannot(
+            what,
+            region,
+            failure,
+            "autoscaling:DescribeAutoScalingGroups",
+            "run again: the program reads where the live controller runs before it can move it",
+        )
+        return [(path, why)]
+    live_size = None if live_host is None else int(live_host.desired_capacity or 0)
+    problem = controller_move_problem(
+        cfg.controller, cfg.capacity, block, live_block, live_size, schedule.of(host_group).size_now
+    )
+    return [problem] if problem else []

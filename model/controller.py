@@ -25,9 +25,10 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from model.base import Strict
-from model.capacity import CapacityConfig
+from model.capacity import CapacityBlock, CapacityConfig
 from model.catalog import CATALOG
 from model.paths import loc_to_path
+from model.tags import ON_DEMAND
 
 # Current-generation general-purpose x86 (4 vCPU, 16 GiB): slurmctld, munged and the
 # agent loop for a few thousand nodes fit in it; x86 because it boots the cluster's image
@@ -146,3 +147,50 @@ def controller_problems(ctl: ControllerConfig, cap: CapacityConfig) -> list[tupl
             )
         )
     return problems
+
+
+def controller_move_problem(
+    ctl: ControllerConfig,
+    cap: CapacityConfig,
+    host: CapacityBlock,
+    live_block: str | None,
+    live_host_size: int | None,
+    host_size_now: int,
+) -> tuple[str, str] | None:
+    """A move of a colocated controller into `host` that would terminate a running worker.
+
+    The config alone cannot see where the live controller runs: going from blocks [a, b]
+    (host a) to [b] alone makes b the host without any key naming it. So the program
+    reads the live groups (infra/preflight.py `controller_move_problems`): `live_block`
+    is the GpuClusterBlock tag of the live controller group (the block it follows, or
+    `on-demand`; None: no controller group, a first deployment), `live_host_size` the
+    live desired size of `host`'s group (None: no such group yet), `host_size_now` the
+    size this run declares for it. A desired size below the group's current one makes
+    Auto Scaling terminate instances chosen by its termination policy, not by Slurm
+    [ASG-TERM]: that is refused before anything changes.
+    """
+    if live_block is None or live_block == host.name or live_host_size is None:
+        return None
+    if live_host_size <= host_size_now:
+        return None  # the host's group does not shrink (not started yet, or a free slot)
+    if live_block == ON_DEMAND:
+        source = "its own instance (the live controller group is in no block)"
+        keep = "keep controller.placement: dedicated"
+    else:
+        source = f"block '{live_block}' (where the live controller group runs)"
+        listed = any(b.name == live_block for b in cap.capacity_blocks)
+        keep = (
+            f"keep controller.block: {live_block} until block '{live_block}' ends"
+            if listed
+            else f"list block '{live_block}' again with controller.block: {live_block} if it has not ended"
+        )
+    how = "controller.block names it" if ctl.block is not None else "it is the only block left"
+    return (
+        _p("block"),
+        f"the controller would move from {source} into block '{host.name}' ({how}), whose group runs "
+        f"{live_host_size} nodes: giving one of them to the controller shrinks it to {host_size_now}, and Auto "
+        f"Scaling terminates a running worker of block '{host.name}' chosen by its termination policy, not by "
+        f"Slurm. Nothing was changed; choose one: {keep}, set controller.block to a block that has not "
+        "started, or set controller.placement: dedicated (recommended: a small instance that outlives blocks "
+        "and takes no block slot)",
+    )

@@ -2,7 +2,8 @@
 
 `PlanMocks` gives every resource a stable id and the outputs the program reads (FSx dns
 and mount name, launch template versions, role names), answers the data sources the
-program calls (subnet, route table, VPC, zones, AMI, caller identity, Capacity Blocks)
+program calls (subnet, route table, VPC, zones, AMI, caller identity, Capacity Blocks,
+the live Auto Scaling groups: none unless given, a first deployment)
 and records every resource, invoke and log line. `run_under_mocks` runs `infra.stack.run()`
 with a raw cluster object as config, at a fixed time; the plan writer (offline/plan.py)
 and the tests use it, so tests see exactly what `python -m offline.plan` writes.
@@ -100,12 +101,15 @@ class PlanMocks(pulumi.runtime.Mocks):
         vpc_dns_support: bool = True,
         ami_names: dict[str, str] | None = None,
         fail_invokes: dict[str, str | Callable[[dict[str, Any]], str | None]] | None = None,
+        groups: dict[str, dict[str, Any]] | None = None,
     ):
         """`blocks`: reservation id -> getCapacityBlockReservation answer (an id not in it
         fails like an unknown id); `zones`: the region's zones (default: a, b, c);
         `ami_names`: AMI id -> name (default: an Ubuntu 24.04 DLAMI name); `fail_invokes`:
         invoke token -> the provider's error text (or a function of the invoke's args
-        giving it, None to answer normally), raised as the engine reports it."""
+        giving it, None to answer normally), raised as the engine reports it; `groups`:
+        live Auto Scaling group name -> getGroup answer (desiredCapacity, tags, ...); none
+        by default: the stack is deployed for the first time."""
         self.region = region
         self.subnet_az = subnet_az
         self.subnet_vpc = subnet_vpc
@@ -115,6 +119,7 @@ class PlanMocks(pulumi.runtime.Mocks):
         self.vpc_dns_support = vpc_dns_support
         self.ami_names = ami_names or {}
         self.fail_invokes = fail_invokes or {}
+        self.groups = groups or {}
         self.resources: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
         # (severity, message) of everything the program logged (pulumi.log.*): under a
@@ -245,6 +250,23 @@ class PlanMocks(pulumi.runtime.Mocks):
             return {}, [("id", f"reading EC2 Capacity Block Reservation ({rid}): couldn't find resource")]
         return {"id": rid, "capacityBlockId": rid, **self.blocks[rid]}
 
+    def _groups(self, a):
+        # The aws_autoscaling_groups data source: only the names that exist, no error.
+        names = [n for n in a.get("names") or () if n in self.groups]
+        return {"id": self.region, "names": names, "arns": [self._group_arn(n) for n in names]}
+
+    def _group_arn(self, name: str) -> str:
+        return (
+            f"arn:aws:autoscaling:{self.region}:{ACCOUNT}:autoScalingGroup:{_hex(name, 8)}:autoScalingGroupName/{name}"
+        )
+
+    def _group(self, a):
+        name = a.get("name")
+        if name not in self.groups:
+            # The provider's words for a name DescribeAutoScalingGroups does not return.
+            return {}, [("name", f"reading Auto Scaling Group ({name}): empty result")]
+        return {"id": name, "name": name, "arn": self._group_arn(name), **self.groups[name]}
+
     # invoke token -> its answer (the data sources the program calls).
     _ANSWERS: dict[str, Callable[[PlanMocks, Any], Any]] = {
         "aws:ec2/getSubnet:getSubnet": _subnet,
@@ -254,6 +276,8 @@ class PlanMocks(pulumi.runtime.Mocks):
         "aws:ec2/getAmi:getAmi": _ami,
         "aws:index/getCallerIdentity:getCallerIdentity": _caller,
         "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation": _capacity_block,
+        "aws:autoscaling/getAmiIds:getAmiIds": _groups,
+        "aws:autoscaling/getGroup:getGroup": _group,
     }
 
 

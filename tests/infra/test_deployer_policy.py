@@ -24,7 +24,7 @@ from pathlib import Path
 import botocore.session
 import pytest
 
-from offline.mocks import run_under_mocks
+from offline.mocks import plan_mocks, run_under_mocks
 from offline.plan import load_stack_config
 from ops.cli import main as ops_main
 from tests.support.ops_stubs import Aws, context
@@ -77,6 +77,10 @@ PROGRAM_ACTIONS: dict[str, list[str]] = {
     "aws:ec2/getRouteTable:getRouteTable": ["ec2:DescribeRouteTables"],
     "aws:ec2/getVpc:getVpc": ["ec2:DescribeVpcs", "ec2:DescribeVpcAttribute", "ec2:DescribeRouteTables"],
     "aws:ec2/getAmi:getAmi": ["ec2:DescribeImages"],
+    # where the live controller runs, before a block-list edit may move it (the groups
+    # data source, then the group itself: infra/preflight.py controller_move_problems)
+    "aws:autoscaling/getAmiIds:getAmiIds": ["autoscaling:DescribeAutoScalingGroups"],
+    "aws:autoscaling/getGroup:getGroup": ["autoscaling:DescribeAutoScalingGroups"],
     # the stack's own account names its ECR registry (containers.ecr: true)
     "aws:index/getCallerIdentity:getCallerIdentity": ["sts:GetCallerIdentity"],
     # --- containers: a stack secret stored as an SSM SecureString for the nodes ------
@@ -325,6 +329,7 @@ def _variants() -> dict[str, tuple[dict, str]]:
     dedicated["controller"] = {"placement": "dedicated"}
     return {
         "dev": (dev, dev_region),
+        "dev, deployed before (the live controller group is read)": (dev, dev_region),
         "dev with private registries and node extensions": (extended, dev_region),
         "prod": (prod, prod_region),
         "prod with a dedicated controller": (dedicated, prod_region),
@@ -338,7 +343,12 @@ def rendered() -> dict[str, tuple[set[str], set[str]]]:
     """variant -> (resource types, invoke tokens) of its plan."""
     out = {}
     for name, (raw, region) in _variants().items():
-        mocks, *_ = run_under_mocks(raw, region, secrets={"gpu-cluster:registry_password_ngc": "not-a-real-key"})
+        mocks = plan_mocks(raw, region)
+        if "deployed before" in name:
+            block = raw["capacity"]["capacity_blocks"][0]["name"]
+            tags = [{"key": "GpuClusterBlock", "value": block, "propagateAtLaunch": True}]
+            mocks.groups = {"gpu-cluster-dev-controller": {"desiredCapacity": 0, "tags": tags}}
+        run_under_mocks(raw, region, mocks=mocks, secrets={"gpu-cluster:registry_password_ngc": "not-a-real-key"})
         out[name] = ({r["type"] for r in mocks.resources if r["custom"]}, {c["token"] for c in mocks.calls})
     return out
 

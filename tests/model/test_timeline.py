@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -115,17 +114,38 @@ def test_dropping_the_first_block_terminates_no_worker():
     assert not [v for v in w.violations if "terminated" in v or "deleted" in v], w.violations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 17 item 3): with one block left and no controller.block, the program "
-    "cannot see that the live controller runs elsewhere, so the later block's group gives up a worker",
-)
 def test_an_implicit_move_of_the_controller_into_a_running_block_terminates_no_worker():
+    """[a, b] hosting the controller in a, then b alone (a is over, no host named): b
+    would host it and its running group give up a worker. The program reads the live
+    controller group (it follows a), refuses the run, and nothing changes."""
     events = [
         (A_START + H, "up", cluster([_a(), _b()])),  # controller hosted by a
         (A_END + H, "up", cluster([_b()])),  # a is over and dropped, no host named: b hosts it
     ]
     w = play(_world(), events, A_END + 4 * H)
+    assert not [v for v in w.violations if "terminated" in v], w.violations
+    assert w.applied is not None and len(w.applied[1]["capacity"]["capacity_blocks"]) == 2  # refused
+    assert len(w.groups["gpu-cluster-dev-block-b"].instances) == 2
+
+
+def test_a_dedicated_controller_moving_into_a_running_block_is_refused():
+    """Back from dedicated to a colocated controller while the only block runs: the block's
+    group would give its slot to the controller."""
+    w = _world()
+    play(w, [(B_START + H, "up", cluster([_b()], controller={"placement": "dedicated"}))], B_START + 2 * H)
+    assert not w.up(B_START + 3 * H, cluster([_b()]))
+    assert w.preview(B_START + 3 * H, cluster([_b()])) is False
+
+
+def test_moving_the_controller_into_a_block_that_has_not_started_is_allowed():
+    """The host's group is still at zero (its scale-out action is pending): nothing runs
+    to terminate, so the move goes through and the controller launches with block b."""
+    events = [
+        (A_START + H, "up", cluster([_a(), _b()])),
+        (A_START + 2 * H, "up", cluster([_a(), _b()], controller={"block": "b"})),
+    ]
+    w = play(_world(), events, B_START + 4 * H)
+    assert w.applied is not None and w.applied[1]["controller"] == {"block": "b"}
     assert not [v for v in w.violations if "terminated" in v], w.violations
 
 
@@ -175,12 +195,10 @@ def _ops(configs):
     )
 
 
-# Moves (to a started block, to a reused name), ups, previews and failures. With a
-# colocated controller the mix keeps one block at a time: going from two blocks to the
-# later one alone moves the controller into a running group, the open case of
-# test_an_implicit_move_of_the_controller_into_a_running_block_terminates_no_worker.
-# With a dedicated controller every move is in the mix, dropping the first block too.
-_OPS = _ops(["a", "b", "a-reused"])
+# Moves (to a started block, to a reused name, dropping the first block: "ab" -> "b"
+# moves a colocated controller into b, refused while b runs), ups, previews and failures,
+# with a colocated and with a dedicated controller.
+_OPS = _ops(["a", "ab", "b", "a-reused"])
 _DEDICATED_OPS = _ops(["a", "ab", "b", "a-reused"])
 
 OPS_LISTS = st.lists(_OPS, min_size=1, max_size=6)

@@ -36,7 +36,9 @@ import yaml
 from model.block_ends import BLOCK_ENDS_KEY
 from model.capacity import EC2_BLOCK_END_LEAD_MINUTES, iso_utc
 from model.config import parse_config
+from model.controller import controller_block
 from model.errors import ConfigError
+from model.preflight import asg_name
 from model.schedule import CREATION_LEAD, cluster_schedule, schedule_problems
 from offline.mocks import PlanMocks, run_under_mocks
 from tests.support.mocks import REGION, valid_raw
@@ -52,6 +54,7 @@ FSX_CREATE = timedelta(minutes=20)  # a first up creates groups and actions afte
 EC2_END = timedelta(minutes=EC2_BLOCK_END_LEAD_MINUTES)
 S3_OBJECT_TAGS = 10
 T0 = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+STACK = "dev"  # run_under_mocks' stack: the groups' fixed names derive from it
 
 
 def project_refresh() -> bool:
@@ -98,15 +101,36 @@ def _t(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def declare(raw: dict, now: datetime, ec2: dict[str, list[datetime]]) -> dict[str, Any] | None:
+def live_groups(groups: dict[str, Group]) -> dict[str, dict[str, Any]]:
+    """The world's groups as the program's Auto Scaling lookups see them (getGroup):
+    the sizes Auto Scaling holds now and the group's tags (GpuClusterBlock names the block
+    a group follows; its reservation target is not in the data source)."""
+    return {
+        name: {
+            **g.sizes,
+            "tags": [{"key": k, "value": v, "propagateAtLaunch": True} for k, v in sorted(g.tags.items())],
+        }
+        for name, g in groups.items()
+    }
+
+
+def declare(
+    raw: dict, now: datetime, ec2: dict[str, list[datetime]], groups: dict[str, Group] | None = None
+) -> dict[str, Any] | None:
     """What the real program declares at `now` ({"resources", "outputs"}), None if refused.
 
     EC2's answers come from the model's real blocks (an extension EC2 knows and the
-    config does not is what preflight sees). Cached by everything the run reads."""
+    config does not is what preflight sees), the Auto Scaling lookups from the world's
+    `groups` (none: a first deployment). Cached by everything the run reads."""
     try:
         cfg = parse_config(copy.deepcopy(raw))
     except ConfigError:
         return None  # refused before anything is created, as `pulumi up` refuses it
+    # Only the groups the program looks up (the controller's and its host block's) key
+    # the cache: the others' sizes change every tick and are never read.
+    host = controller_block(cfg.controller, cfg.capacity)
+    read = {asg_name(STACK, n) for n in ("controller", f"block-{host}")}
+    live = live_groups({n: g for n, g in (groups or {}).items() if n in read})
     answers = {
         rid: {
             "state": "active" if s <= now else "scheduled",
@@ -128,12 +152,13 @@ def declare(raw: dict, now: datetime, ec2: dict[str, list[datetime]]) -> dict[st
         cluster_schedule(cfg, now).groups,
         refused,
         json.dumps(answers, sort_keys=True),
+        json.dumps(live, sort_keys=True),
     )
     if key in _CACHE:
         STATS["cache_hits"] += 1
         return _CACHE[key]
     STATS["program_runs"] += 1
-    mocks = PlanMocks(REGION, subnet_az="us-east-2b", blocks=answers)
+    mocks = PlanMocks(REGION, subnet_az="us-east-2b", blocks=answers, groups=live)
     try:
         _, _, outputs, _ = run_under_mocks(raw, REGION, mocks=mocks, now=now)
         result: dict[str, Any] | None = {
@@ -234,10 +259,10 @@ class World:
                 del self.state[key]
 
     def preview(self, t: datetime, raw: dict) -> bool:
-        return declare(raw, t, self.ec2) is not None
+        return declare(raw, t, self.ec2, self.groups) is not None
 
     def up(self, t: datetime, raw: dict) -> bool:
-        declared = declare(raw, t, self.ec2)
+        declared = declare(raw, t, self.ec2, self.groups)
         if declared is None:
             return False  # refused before any change
         if self.refresh:
