@@ -39,7 +39,7 @@ set -euo pipefail
 rep() {{ python3 {report} --config {config} --run "$run" "$@"; }}
 run={fsx}/validation/$(date -u +%Y%m%dT%H%M%SZ)-$SLURM_JOB_ID
 rep start --nodes "$VALIDATION_NEWCOMERS" --newcomers "$VALIDATION_NEWCOMERS" --partner "$VALIDATION_PARTNER"
-echo "{mpi}" >"$run/pmix.log"
+printf '%b' "{pmix_log}" >"$run/pmix.log"
 rep check --step pmix --nodes "$VALIDATION_NEWCOMERS" --log "$run/pmix.log" || true
 rep build --drain || true
 """
@@ -113,7 +113,14 @@ def _setup(tmp_path: Path, mpi: str) -> None:
             {"fsx_root": str(fsx), "cluster_name": "joingate", "instance_type": "local", "gpus": 0, "thresholds": {}}
         )
     )
-    job = STUB_JOB.format(fsx=fsx, report=home / "lib" / "validation_report.py", config=config, mpi=mpi)
+    # What the gate's pmix step logs (gate.sh run_step): nothing on success; on failure
+    # Slurm's own error and the exit status line run_step appends.
+    pmix_log = (
+        ""
+        if mpi == "pmix"
+        else ("srun: error: MPI: Unable to load any plugin\\ngate: command exit status 1 (124: killed after 60s)\\n")
+    )
+    job = STUB_JOB.format(fsx=fsx, report=home / "lib" / "validation_report.py", config=config, pmix_log=pmix_log)
     (home / "validation" / "first-boot.sbatch").write_text(job)
     (tmp_path / "state").mkdir()
 
