@@ -1,4 +1,4 @@
-"""`python -m localcluster up|down|status|replace|reboot|relaunch`: the local cluster's commands."""
+"""`python -m localcluster up|down|status|replace|reboot|relaunch|launch-block|end-block`: the local cluster's commands."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import sys
 
 from localcluster.cluster import DEFAULT_LANE, LANES, LocalCluster
+from localcluster.profile import PLACEMENTS
+from model.tags import ON_DEMAND
 
 
 def _root_check() -> None:
@@ -30,6 +32,14 @@ def _parser() -> argparse.ArgumentParser:
         help="bookworm/trixie: systemd-nspawn machines booting with systemd and cloud-init "
         "(Debian 12/13 roots); namespace: fast direct-mode nodes (default %(default)s)",
     )
+    up.add_argument(
+        "--controller",
+        choices=PLACEMENTS,
+        default="block",
+        help="controller.placement: block (one of the N nodes is the controller) or dedicated "
+        "(a controller machine running slurmctld only, besides N workers); default %(default)s",
+    )
+    up.add_argument("--block", default=ON_DEMAND, help="GpuClusterBlock tag of the workers (default %(default)s)")
     up.add_argument("--timeout", type=float, default=900, help="seconds for the whole bring-up")
     up.add_argument("--no-demo", action="store_true", help="skip sinfo/srun/sbatch/validation output")
     sub.add_parser("down", help="remove every process, namespace, link, mount and directory")
@@ -40,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     rb.add_argument("node")
     rb.add_argument("--hard", action="store_true", help="pull the plug and boot again instead")
     sub.add_parser("relaunch", help="destroy every machine and boot new ones against the kept /fsx")
+    lb = sub.add_parser("launch-block", help="boot a new block's workers into the running cluster")
+    lb.add_argument("block")
+    lb.add_argument("--nodes", "-n", type=int, default=2)
+    eb = sub.add_parser("end-block", help="kill every machine of BLOCK at once, as EC2 does at a block's end")
+    eb.add_argument("block")
     return p
 
 
@@ -61,7 +76,7 @@ def _up(lc: LocalCluster, a: argparse.Namespace) -> int:
     if lc.c.nodes:
         raise SystemExit(f"local cluster '{a.name}' is already up; run `python -m localcluster down` first")
     try:
-        secs = lc.up(a.nodes, timeout=a.timeout)
+        secs = lc.up(a.nodes, timeout=a.timeout, block=a.block)
     except (TimeoutError, RuntimeError) as e:
         print(f"bring-up failed: {e}", file=sys.stderr)
         return 1
@@ -123,6 +138,25 @@ def _replace(lc: LocalCluster, a: argparse.Namespace) -> int:
     return 0
 
 
+def _launch_block(lc: LocalCluster, a: argparse.Namespace) -> int:
+    if not lc.c.nodes:
+        raise SystemExit(f"local cluster '{a.name}' is not up")
+    try:
+        lc.launch_block(a.block, a.nodes)
+    except (TimeoutError, RuntimeError) as e:
+        print(f"block {a.block}: {e}", file=sys.stderr)
+        return 1
+    print(f"block {a.block}: {a.nodes} node(s) booted; they join through the controller's join gate")
+    lc.status()
+    return 0
+
+
+def _end_block(lc: LocalCluster, a: argparse.Namespace) -> int:
+    gone = lc.end_block(a.block)
+    print(f"block {a.block}: ended {len(gone)} machine(s): {', '.join(gone)}")
+    return 0
+
+
 _COMMANDS = {
     "up": _up,
     "down": _down,
@@ -130,11 +164,19 @@ _COMMANDS = {
     "reboot": _reboot,
     "relaunch": _relaunch,
     "replace": _replace,
+    "launch-block": _launch_block,
+    "end-block": _end_block,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
     _root_check()
-    lc = LocalCluster(a.name, a.subnet, out=lambda s="": print(s, flush=True), lane=getattr(a, "lane", None))
+    lc = LocalCluster(
+        a.name,
+        a.subnet,
+        out=lambda s="": print(s, flush=True),
+        lane=getattr(a, "lane", None),
+        placement=getattr(a, "controller", None),
+    )
     return _COMMANDS[a.cmd](lc, a)

@@ -86,12 +86,17 @@ class BootWatch:
 
 
 class LocalCluster:
-    def __init__(self, name: str = "local", subnet: int = 0, out=print, lane: str | None = None):
+    def __init__(
+        self, name: str = "local", subnet: int = 0, out=print, lane: str | None = None, placement: str | None = None
+    ):
         self.c = Cluster(name, subnet)
         self.name = name
         self.out = out
         if lane is not None and lane not in LANES:
             raise ValueError(f"lane '{lane}': use one of {', '.join(LANES)}")
+        if placement is not None and placement not in profile.PLACEMENTS:
+            raise ValueError(f"controller placement '{placement}': use one of {', '.join(profile.PLACEMENTS)}")
+        self._placement = placement or "block"
         # A running cluster keeps its lane. The library's default stays the namespace lane
         # (callers that predate the machine lanes); the command line defaults to DEFAULT_LANE.
         self.lane = self.c.lane or lane or "namespace"
@@ -105,6 +110,20 @@ class LocalCluster:
     @property
     def machines(self) -> bool:
         return self.lane != "namespace"
+
+    @property
+    def placement(self) -> str:
+        """controller.placement of the rendered stack; a running cluster keeps its own."""
+        f = self.c.root / "placement"
+        return f.read_text().strip() if f.exists() else self._placement
+
+    @property
+    def dedicated(self) -> bool:
+        return self.placement == "dedicated"
+
+    def slurm_nodes(self) -> list[Node]:
+        """The nodes running slurmd: all but a dedicated controller (it takes no jobs)."""
+        return [n for n in self.c.nodes.values() if not (self.dedicated and n.role == "controller")]
 
     def base_root(self) -> Path:
         """The lane's baked root (images.py builds and caches it; GPU_CLUSTER_LOCAL_ROOT overrides)."""
@@ -137,8 +156,9 @@ class LocalCluster:
         return self.c.root / "payload"
 
     def render(self, nodes: int) -> profile.UserData:
-        ud = profile.render(self.name, nodes, str(self.payload_dir))
+        ud = profile.render(self.name, nodes, str(self.payload_dir), placement=self.placement)
         self.c.root.mkdir(parents=True, exist_ok=True)
+        (self.c.root / "placement").write_text(self.placement + "\n")
         self.user_data_file.write_bytes(ud.raw)
         if ud.payload is not None:
             self.payload_dir.mkdir(exist_ok=True)
@@ -174,8 +194,12 @@ class LocalCluster:
         fsx: bool = True,
         extra: dict[str, tuple[bytes, int, str]] | None = None,
         expected: int | None = None,
+        block: str = node_tags.ON_DEMAND,
     ) -> BootWatch:
-        """Create a node from the kept user data and start its boot (like an ASG launch)."""
+        """Create a node from the kept user data and start its boot (like an ASG launch).
+
+        `block`: its GpuClusterBlock tag (a Capacity Block's name; no end tag, so no
+        block-end reservation: end_block stands for EC2's terminations)."""
         files, runcmd, scripts = self.shipped()
         to_write = {p: (f.content, f.permissions, f.owner) for p, f in files.items()}
         # cloud-init keeps x-shellscript parts as files and runs them after write_files.
@@ -183,7 +207,7 @@ class LocalCluster:
             to_write[f"{SCRIPTS_DIR}/part-{i + 1:03d}"] = (script, 0o700, "root:root")
         to_write[layout.OVERRIDES_ENV] = (overrides_env(), 0o644, "root:root")
         to_write.update(extra or {})
-        tags = node_tags.identity_tags(self.name, role, expected or self.expected_nodes(), node_tags.ON_DEMAND)
+        tags = node_tags.identity_tags(self.name, role, expected or self.expected_nodes(), block)
         if self.machines:
             return self._launch_machine(role, tags, fsx=fsx, extra=extra or {})
         node = self.c.create_node(role, to_write, fsx=fsx, tags=tags, az=profile.AZ)
@@ -222,9 +246,13 @@ class LocalCluster:
             self.watches[node.hostname] = w
         return w
 
-    def up(self, n: int, *, timeout: float = 600) -> float:
-        if n < 2:
-            raise SystemExit("a local cluster needs at least 2 nodes (a controller and a worker)")
+    def up(self, n: int, *, timeout: float = 600, block: str = node_tags.ON_DEMAND) -> float:
+        """Boot a cluster of capacity.nodes = n (plus a dedicated controller); `block`
+        tags the workers (and a colocated controller) as that block's machines."""
+        if n < 2:  # capacity.nodes' minimum (model/capacity.py)
+            raise SystemExit(
+                "a local cluster needs at least 2 nodes (capacity.nodes; a dedicated controller is besides them)"
+            )
         if self.machines:  # the root is built (or found in the cache) before the clock starts
             base = self.base_root()
             how = "built" if self.root_built else "cached"
@@ -243,20 +271,60 @@ class LocalCluster:
             f"starting {n} nodes: {kind} on 10.77.{self.c.subnet}.0/24, "
             f"IMDS stand-in on 127.0.0.1:{IMDS_PORT} in each, shared /fsx"
         )
-        self._launch_all(n)
+        self._launch_all(n, block)
         self.launch_seconds = time.monotonic() - t0
-        self.out(f"{n} nodes started in {self.launch_seconds:.1f}s; booting:")
+        self.out(f"{len(self.c.nodes)} nodes started in {self.launch_seconds:.1f}s; booting:")
         return self._finish_bring_up(t0, timeout)
 
-    def _launch_all(self, n: int) -> None:
+    def _launch_all(self, n: int, block: str = node_tags.ON_DEMAND) -> None:
+        ctl_block, workers = launch_plan(n, self.dedicated, block)
         if self.machines:
-            self._host_limits(n + len(self.c.nodes))
-        self.launch("controller", expected=n)
+            self._host_limits(1 + workers + len(self.c.nodes))
+        self.launch("controller", expected=n, block=ctl_block)
+        self._launch_workers(workers, n, block)
+
+    def _launch_workers(self, count: int, expected: int, block: str) -> list[BootWatch]:
         # Workers launch a few at a time, like an Auto Scaling group filling up; each
         # starts booting as soon as its namespaces exist.
         with ThreadPoolExecutor(max_workers=LAUNCH_PARALLEL) as pool:
-            for f in [pool.submit(self.launch, "worker", expected=n) for _ in range(n - 1)]:
-                f.result()
+            futures = [pool.submit(self.launch, "worker", expected=expected, block=block) for _ in range(count)]
+            return [f.result() for f in futures]
+
+    # ---- blocks: a later block's machines join, a block's machines end ------------------
+    def launch_block(self, block: str, count: int, *, timeout: float = 600) -> list[BootWatch]:
+        """Boot `count` workers of block `block` into the running cluster, as its group
+        scales out at the block's start: the same user data, GpuClusterBlock=`block`.
+        Returns once their boots ended (joining Slurm is the controller's business)."""
+        if block == node_tags.ON_DEMAND or any(n.block == block for n in self.c.nodes.values()):
+            raise SystemExit(f"block '{block}': name a new block (its machines are not running)")
+        if count < 1:
+            raise SystemExit(f"block '{block}': needs at least 1 node")
+        if self.machines:
+            self._host_limits(len(self.c.nodes) + count)
+        ws = self._launch_workers(count, self.expected_nodes(), block)
+        self.out(f"block {block}: {count} machine(s) started; booting:")
+        self.watch(ws, timeout=timeout)
+        failed = [w for w in ws if w.rc != 0]
+        for w in failed:
+            self.out(f"{w.node.hostname}: boot FAILED (exit {w.rc}); last log lines:")
+            for line in self.log_tail(w.node, 15):
+                self.out(f"    {line}")
+        if failed:
+            raise RuntimeError("boot failed on " + ", ".join(f"{w.node.hostname} (exit {w.rc})" for w in failed))
+        return ws
+
+    def end_block(self, block: str) -> list[str]:
+        """Kill every machine of block `block` at once, as EC2 terminates a Capacity
+        Block's instances: no shutdown, no goodbye to slurmctld (the controller keeps
+        their entries; draining them first is the block-end pass's job)."""
+        gone = sorted(h for h, n in self.c.nodes.items() if n.block == block)
+        if not gone:
+            raise SystemExit(f"block '{block}': no machine of it is running")
+        for hostname in gone:
+            self.out(f"block {block} ends: killing {hostname}")
+            self.c.kill_node(self.c.nodes[hostname])
+            self.watches.pop(hostname, None)
+        return gone
 
     def _finish_bring_up(self, t0: float, timeout: float) -> float:
         self.watch(timeout=timeout)
@@ -267,7 +335,7 @@ class LocalCluster:
                 for line in self.log_tail(w.node, 15):
                     self.out(f"    {line}")
             raise RuntimeError("boot failed on " + ", ".join(f"{w.node.hostname} (exit {w.rc})" for w in failed))
-        self.wait_idle(len(self.c.nodes), timeout=max(30.0, timeout - (time.monotonic() - t0)))
+        self.wait_idle(len(self.slurm_nodes()), timeout=max(30.0, timeout - (time.monotonic() - t0)))
         return time.monotonic() - t0
 
     # ---- machine lifecycle ---------------------------------------------------------------
@@ -311,7 +379,7 @@ class LocalCluster:
         self.c.lane = self.lane
         self._launch_all(n)
         self.launch_seconds = time.monotonic() - t0
-        self.out(f"{n} new nodes started in {self.launch_seconds:.1f}s; booting:")
+        self.out(f"{len(self.c.nodes)} new nodes started in {self.launch_seconds:.1f}s; booting:")
         secs = self._finish_bring_up(t0, timeout)  # reports failures, waits for idle
         for hostname in old:
             self.forget_node(hostname)
@@ -463,7 +531,7 @@ class LocalCluster:
             time.sleep(0.5)
 
     def show(self) -> None:
-        n = len(self.c.nodes)
+        n = len(self.slurm_nodes())
         # The hand-off step submitted the validation job the moment all nodes were idle;
         # let it finish first so sinfo shows the nodes idle again.
         self.validation_job()
@@ -484,8 +552,9 @@ class LocalCluster:
 
     # ---- machine lanes: what systemd and cloud-init say, and a container job ------------
     def units(self, node: Node) -> list[str]:
-        """The units step 85 enables on this node's role."""
-        return ["munge", "gpu-cluster-munge-responder", "slurmd"] + (["slurmctld"] if node.role == "controller" else [])
+        """The units step 85 enables on this node's role (a dedicated controller: no slurmd)."""
+        slurmd = [] if self.dedicated and node.role == "controller" else ["slurmd"]
+        return ["munge", "gpu-cluster-munge-responder", *slurmd] + (["slurmctld"] if node.role == "controller" else [])
 
     def machine_state(self, node: Node) -> dict:
         """cloud-init's status, systemd's overall state and each of our units', inside the machine."""
@@ -515,7 +584,7 @@ class LocalCluster:
         return testimage.build(self.base_root(), self.c.fsx_dir / TEST_IMAGE)
 
     def container_srun(self, timeout: float = 240, user: str | None = None) -> subprocess.CompletedProcess:
-        n = len(self.c.nodes)
+        n = len(self.slurm_nodes())
         self.test_image()
         fsx = layout.FSX_MOUNTPOINT
         script = (
@@ -538,7 +607,7 @@ class LocalCluster:
         )
 
     def show_container(self) -> None:
-        n = len(self.c.nodes)
+        n = len(self.slurm_nodes())
         fsx = layout.FSX_MOUNTPOINT
         self.out(f"$ srun -N{n} --container-image={fsx}/{TEST_IMAGE} --container-mounts={fsx}:{fsx} bash -c '...'")
         if "--container-image" not in self.ctl("srun", "--help").stdout:
@@ -562,7 +631,7 @@ class LocalCluster:
         return [images.ORDINARY_USER]
 
     def show_srun(self) -> None:
-        n = len(self.c.nodes)
+        n = len(self.slurm_nodes())
         self.out(f"$ srun -N{n} hostname")
         r = self.ctl("srun", f"-N{n}", "--time=1", "hostname", timeout=120)
         self.out((r.stdout + r.stderr).rstrip())
@@ -672,13 +741,20 @@ class LocalCluster:
                     status = st.read_text().strip()[:200]
             alive = node.leader() is not None if node.is_machine else Path(f"/proc/{node.init_pid}").exists()
             self.out(
-                f"  {node.hostname:<16} {node.ip:<12} {node.role:<10} {node.instance_id} "
+                f"  {node.hostname:<16} {node.ip:<12} {node.role:<10} {node.block:<10} {node.instance_id} "
                 f"{'up' if alive else 'GONE'}  status: {status}"
             )
         try:
             self.out(self.ctl("sinfo", timeout=10).stdout.rstrip())
         except Exception as e:  # a status view never fails on a half-dead cluster
             self.out(f"sinfo: {e}")
+
+
+def launch_plan(n: int, dedicated: bool, block: str = node_tags.ON_DEMAND) -> tuple[str, int]:
+    """The controller's GpuClusterBlock and the worker count for capacity.nodes = n: as
+    model/capacity.py node_groups shapes the groups (a dedicated controller is on demand
+    and takes no node of n; a colocated one is one of the block's n)."""
+    return (node_tags.ON_DEMAND, n) if dedicated else (block, n - 1)
 
 
 def boot_command(runcmd: list, n_scripts: int = 0) -> str:

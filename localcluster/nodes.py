@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from localcluster import machine
+from model import tags as node_tags
 from userdata import layout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,6 +89,7 @@ class Node:
     started: float = 0.0
     cgroups: list[str] = field(default_factory=list)
     lane: str = "namespace"  # or a machine lane (bookworm, trixie): machine.py
+    block: str = node_tags.ON_DEMAND  # its GpuClusterBlock tag: which block's machines end together
 
     @property
     def path(self) -> Path:
@@ -236,6 +238,7 @@ class Cluster:
     ) -> Node:
         """Namespaces, mounts and files of a fresh node; IMDS running; boot not started."""
         node = self._register_node(role, fsx=fsx)
+        node.block = tags.get(node_tags.BLOCK, node_tags.ON_DEMAND)
         node.path.mkdir(parents=True, exist_ok=True)
         self._make_netns(node)
         node.cgroups = self._make_cgroups(node)
@@ -262,6 +265,7 @@ class Cluster:
     ) -> Node:
         """A whole machine (machine.py) in a fresh network namespace, booting; IMDS running."""
         node = self._register_node(role, fsx=fsx, lane=lane)
+        node.block = tags.get(node_tags.BLOCK, node_tags.ON_DEMAND)
         node.path.mkdir(parents=True, exist_ok=True)
         self._make_netns(node)
         imds_ready = self._start_imds(node, tags, az)

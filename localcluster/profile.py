@@ -77,26 +77,37 @@ def test_instance_spec(facts: dict[str, int] | None = None) -> InstanceSpec:
 TEST_IMAGE = "images/test.sqsh"
 
 
-def local_config(name: str = "local", nodes: int = 2) -> ClusterConfig:
-    """A small on-demand stack with p5.48xlarge config values (the spec is swapped)."""
-    return parse_config(
-        {
-            "name": name,
-            "instance_type": "p5.48xlarge",
-            "network": {"availability_zone": AZ, "subnet_id": "subnet-0a1b2c3d4e5f60718"},
-            "capacity": {"nodes": max(2, nodes)},
-            "validation": {
-                "wait_for_nodes_minutes": 5,
-                # room for the container step's bound (userdata/validation_files.py TIMEOUTS)
-                "time_limit_minutes": 15,
-                "container_image": f"{layout.FSX_MOUNTPOINT}/{TEST_IMAGE}",
-            },
-            # Off on the lane until its fault-injection run sets what the checks expect
-            # (overrides.env): a container's clock is the host's, which timedatectl inside
-            # reports as unsynchronised, so every lane node would drain for "clock".
-            "health": {"enabled": False},
-        }
-    )
+PLACEMENTS = ("block", "dedicated")  # controller.placement (model/controller.py)
+
+
+def local_config(name: str = "local", nodes: int = 2, *, placement: str = "block") -> ClusterConfig:
+    """A small on-demand stack with p5.48xlarge config values (the spec is swapped).
+
+    `nodes` is capacity.nodes (at least 2), as in a stack file: with placement `block`
+    the controller is one of them; with `dedicated` they are all workers and the
+    controller is its own CPU instance besides them.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"controller placement '{placement}': use one of {', '.join(PLACEMENTS)}")
+    raw: dict = {
+        "name": name,
+        "instance_type": "p5.48xlarge",
+        "network": {"availability_zone": AZ, "subnet_id": "subnet-0a1b2c3d4e5f60718"},
+        "capacity": {"nodes": max(2, nodes)},
+        "validation": {
+            "wait_for_nodes_minutes": 5,
+            # room for the container step's bound (userdata/validation_files.py TIMEOUTS)
+            "time_limit_minutes": 15,
+            "container_image": f"{layout.FSX_MOUNTPOINT}/{TEST_IMAGE}",
+        },
+        # Off on the lane until its fault-injection run sets what the checks expect
+        # (overrides.env): a container's clock is the host's, which timedatectl inside
+        # reports as unsynchronised, so every lane node would drain for "clock".
+        "health": {"enabled": False},
+    }
+    if placement == "dedicated":  # only then, so the default stack renders the same bytes as before
+        raw["controller"] = {"placement": "dedicated"}
+    return parse_config(raw)
 
 
 @dataclass(frozen=True)
@@ -179,7 +190,9 @@ def cgroup_plugin() -> str:
     return "autodetect" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "cgroup/v1"
 
 
-def render(name: str, nodes: int, payload_dir: str, spec: InstanceSpec | None = None) -> UserData:
+def render(
+    name: str, nodes: int, payload_dir: str, spec: InstanceSpec | None = None, *, placement: str = "block"
+) -> UserData:
     """Render the stack's user data with the real renderer, then parse it back.
 
     When the files outgrow the inline budget the renderer moves them into a payload;
@@ -188,7 +201,7 @@ def render(name: str, nodes: int, payload_dir: str, spec: InstanceSpec | None = 
     """
     from userdata.render import FsxEndpoint, render_userdata
 
-    cfg = local_config(name, nodes)
+    cfg = local_config(name, nodes, placement=placement)
     out = render_userdata(
         cfg,
         spec or test_instance_spec(),

@@ -3,9 +3,10 @@
 # Step 70: Pyxis [PYXIS]. Registers the SPANK plugin by installing
 # pyxis.conf into /etc/slurm/plugstack.conf.d (plugstack.conf includes that directory),
 # only when the plugin exists: a missing `required` plugin makes every srun fail.
-# Restarts slurmd when the registration changed; fails unless `srun --help` shows
+# Restarts slurmd when the registration changed (not on a dedicated controller, which
+# runs no slurmd); fails unless `srun --help` shows
 # --container-image. With GPU_CLUSTER_PACKAGES=preinstalled and no plugin: skipped.
-# Prerequisites: steps 20 (Pyxis) and 50 (slurmd running).
+# Prerequisites: steps 20 (Pyxis) and 50 (slurmd running, except on a dedicated controller).
 set -euo pipefail
 # shellcheck source=lib/common.sh
 . "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
@@ -25,9 +26,16 @@ main() {
   fi
   if ! cmp -s "$PYXIS_CONF_TEMPLATE" "$conf"; then
     install -D -m 0644 "$PYXIS_CONF_TEMPLATE" "$conf"
-    log "registered $PYXIS_SO in $conf; restarting slurmd"
-    svc restart slurmd
-    wait_for 120 "slurmd on $NODE_NAME to respond again after the restart" responding
+    if runs_slurmd; then
+      log "registered $PYXIS_SO in $conf; restarting slurmd"
+      svc restart slurmd
+      wait_for 120 "slurmd on $NODE_NAME to respond again after the restart" responding
+    else
+      # A dedicated controller keeps the plugin for srun/sbatch run here (SPANK options
+      # are read by the client), but has no slurmd: a restart would start one and
+      # register the controller as a node that takes jobs.
+      log "registered $PYXIS_SO in $conf for the Slurm clients (dedicated controller: no slurmd)"
+    fi
   fi
   srun --help 2>&1 | grep -q -- '--container-image' ||
     die "srun --help does not show --container-image: Pyxis is not loaded (check $conf and /etc/slurm/plugstack.conf)"

@@ -286,3 +286,77 @@ def test_host_inotify_limit_is_raised_for_many_machines_and_never_lowered(tmp_pa
     said = machine.ensure_inotify(machines)
     assert knob.read_text() == after
     assert (said is None) == (have == after)
+
+
+# ---------------------------------------------------------------------------------
+# the dedicated controller and a second block's machines (tests/daemons/test_controller_faithful.py)
+# ---------------------------------------------------------------------------------
+def test_local_config_expresses_the_dedicated_controller_and_keeps_the_default_stack():
+    default = profile.local_config("local", 2)
+    assert not default.controller.dedicated and default.capacity.nodes == 2
+    assert profile.local_config("local", 2, placement="block") == default
+    ded = profile.local_config("local", 2, placement="dedicated")
+    assert ded.controller.dedicated and ded.capacity.nodes == 2  # workers only: the controller is besides them
+    assert profile.local_config("local", 1, placement="dedicated").capacity.nodes == 2  # capacity.nodes' minimum
+    with pytest.raises(ValueError, match="controller placement 'gpu'"):
+        profile.local_config("local", 2, placement="gpu")
+
+
+def _cluster_env(placement: str, tmp_path) -> bytes:
+    spec = profile.test_instance_spec(profile.slurmd_facts(HOST))
+    ud = profile.render("local", 2, str(tmp_path), spec=spec, placement=placement)
+    assert profile.parity_problems(ud) == []
+    return ud.files["/etc/gpu-cluster/cluster.env"].content
+
+
+def test_dedicated_placement_reaches_the_nodes_cluster_env(tmp_path):
+    assert b"CONTROLLER_DEDICATED=1\n" in _cluster_env("dedicated", tmp_path)
+    assert b"CONTROLLER_DEDICATED" not in _cluster_env("block", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "n,dedicated,block,plan",
+    [
+        (2, False, "on-demand", ("on-demand", 1)),  # today's cluster: the controller is one of the 2
+        (3, False, "a", ("a", 2)),  # colocated: the controller is one of block a's machines
+        (2, True, "a", ("on-demand", 2)),  # dedicated: on demand, and every block node is a worker
+        (3, True, "on-demand", ("on-demand", 3)),
+    ],
+)
+def test_launch_plan_follows_the_programs_node_groups(n, dedicated, block, plan):
+    from localcluster.cluster import launch_plan
+    from model.capacity import node_groups
+
+    assert launch_plan(n, dedicated, block) == plan
+    cfg = profile.local_config("local", n, placement="dedicated" if dedicated else "block")
+    groups = node_groups(cfg.capacity, cfg.controller.dedicated)
+    assert [(g.role, g.size) for g in groups] == [("controller", 1), ("worker", plan[1])]
+
+
+def test_a_node_remembers_its_block_and_old_state_files_load_as_on_demand():
+    from dataclasses import asdict
+
+    from localcluster.nodes import Node
+
+    node = Node("local", 1, "10.77.0.11", "ip-10-77-0-11", "i-0abc", "worker", "gcl-local-1", "gcllocal1", "/tmp/x")
+    old = asdict(node)
+    del old["block"]  # written before nodes had a block
+    assert Node(**old).block == "on-demand"
+    assert Node(**{**old, "block": "b"}).block == "b"
+
+
+def test_local_cluster_placement_is_checked_and_the_cli_takes_blocks():
+    from localcluster.cli import _parser
+    from localcluster.cluster import LocalCluster
+
+    with pytest.raises(ValueError, match="controller placement 'gpu'"):
+        LocalCluster("placechk", placement="gpu")
+    assert LocalCluster("placechk", placement="dedicated").dedicated
+    assert not LocalCluster("placechk").dedicated
+    a = _parser().parse_args(["up", "--controller", "dedicated", "--block", "a", "-n", "2"])
+    assert (a.controller, a.block, a.nodes) == ("dedicated", "a", 2)
+    a = _parser().parse_args(["launch-block", "b", "--nodes", "3"])
+    assert (a.cmd, a.block, a.nodes) == ("launch-block", "b", 3)
+    assert _parser().parse_args(["end-block", "a"]).block == "a"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["up", "--controller", "gpu"])

@@ -87,10 +87,12 @@ join_gate_start() {
     return 0
   fi
   for n in ${newcomers//,/ }; do scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true; done
-  if ! job=$(cd "$FSX_ROOT/validation" && sbatch --parsable --reservation="$resv" -w "$nodes" \
+  # The values travel in sbatch's own environment (--export=ALL), not as --export=NAME=value:
+  # sbatch splits that list at commas, so "a,b" would hand the job newcomers "a" alone.
+  if ! job=$(cd "$FSX_ROOT/validation" && VALIDATION_NEWCOMERS=$newcomers VALIDATION_PARTNER=$partner \
+    VALIDATION_TIME_LIMIT_MINUTES=$limit sbatch --parsable --reservation="$resv" -w "$nodes" \
     -N "$(tr ',' '\n' <<<"$nodes" | grep -c .)" --time="$limit" --job-name=gpu-cluster-join-gate \
-    --export="ALL,VALIDATION_NEWCOMERS=$newcomers,VALIDATION_PARTNER=$partner,VALIDATION_TIME_LIMIT_MINUTES=$limit" \
-    "$VALIDATION_JOB" 2>&1); then
+    --export=ALL "$VALIDATION_JOB" 2>&1); then
     for n in ${newcomers//,/ }; do join_drain "$n" "${JOIN_FAIL_PREFIX}sbatch failed: $job"; done
     scontrol delete reservationname="$resv" >/dev/null 2>&1 || true
     join_history "join gate: sbatch $VALIDATION_JOB failed for $newcomers: $job"
