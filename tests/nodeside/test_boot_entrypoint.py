@@ -83,10 +83,10 @@ def test_env_beats_overrides_beats_cluster_env(box):
 
 
 def test_wait_for_is_bounded_and_names_what(box):
-    box.step("10-a", 'GC_WAIT_INTERVAL=1 wait_for 2 "the unicorn to appear" test -e /nonexistent/unicorn')
+    box.step("10-a", 'GC_WAIT_INTERVAL=0.2 wait_for 1 "the unicorn to appear" test -e /nonexistent/unicorn')
     r = box.boot()
     assert r.returncode == 1
-    assert box.status()["reason"].startswith("timed out after 2s waiting for the unicorn to appear")
+    assert box.status()["reason"].startswith("timed out after 1s waiting for the unicorn to appear")
 
 
 def test_skip_notes_reach_the_status(box):
@@ -261,14 +261,24 @@ def test_two_responders_do_not_clobber(mj):
 # --- direct mode services (pid files under GPU_CLUSTER_RUN) -------------------------------
 
 
-def _svc(box: Sandbox, script: str) -> subprocess.CompletedProcess:
+def _svc(box: Sandbox, script: str, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", "-c", f'set -euo pipefail; . "{COMMON}"; {script}'],
         capture_output=True,
         text=True,
-        env=box.env(GPU_CLUSTER_SERVICE_MANAGER="direct", GC_WAIT_INTERVAL="1"),
+        env=box.env(GPU_CLUSTER_SERVICE_MANAGER="direct", GC_WAIT_INTERVAL="1", **extra),
         timeout=60,
     )
+
+
+def _quick_sleep(box: Sandbox) -> dict[str, str]:
+    """A `sleep` first on PATH that waits 0.05 s whatever it is asked (direct_start's settle
+    second, direct_stop's poll interval): the same calls, without the real seconds."""
+    fakebin = box.root / "fakebin"
+    fakebin.mkdir(exist_ok=True)
+    (fakebin / "sleep").write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 0.05\n")
+    (fakebin / "sleep").chmod(0o755)
+    return {"PATH": f"{fakebin}:{os.environ['PATH']}"}
 
 
 def test_direct_mode_start_active_restart_stop(box):
@@ -276,18 +286,19 @@ def test_direct_mode_start_active_restart_stop(box):
     fake.write_text("#!/bin/bash\nwhile true; do sleep 0.2; done\n")
     fake.chmod(0o755)
     name = "gpu-cluster-munge-responder"
+    quick = _quick_sleep(box)
     try:
-        assert _svc(box, f"svc start {name}").returncode == 0
+        assert _svc(box, f"svc start {name}", **quick).returncode == 0
         pid = (box.run_dir / f"{name}.pid").read_text().strip()
         assert _svc(box, f"svc active {name}").returncode == 0
-        assert _svc(box, f"svc start {name}").returncode == 0  # already running: same process
+        assert _svc(box, f"svc start {name}", **quick).returncode == 0  # already running: same process
         assert (box.run_dir / f"{name}.pid").read_text().strip() == pid
-        assert _svc(box, f"svc restart {name}").returncode == 0
+        assert _svc(box, f"svc restart {name}", **quick).returncode == 0
         assert (box.run_dir / f"{name}.pid").read_text().strip() != pid
         r = _svc(box, f"svc enable {name}")
         assert r.returncode == 0 and "SKIPPED: enable" in r.stdout
     finally:
-        _svc(box, f"direct_stop {name}")
+        _svc(box, f"direct_stop {name}", **quick)
     assert _svc(box, f"svc active {name}").returncode != 0
 
 

@@ -153,14 +153,14 @@ def test_a_step_that_failed_at_the_end_of_a_long_wait_is_not_retried(box):
     # cause more time than the retries would; retrying would multiply the wait.
     _retry_settings(box, attempts=4, delay=1)
     with (box.etc / "cluster.env").open("a") as f:
-        f.write("BOOT_RETRY_LONG_STEP=2\n")
-    box.step("10-a", 'sleep 2; die "timed out after 1800s waiting for the munge key"')
+        f.write("BOOT_RETRY_LONG_STEP=1\n")
+    box.step("10-a", 'sleep 1; die "timed out after 1800s waiting for the munge key"')
     r = box.boot()
     assert r.returncode == 1
     assert box.trace() == ["10-a"]
     st = box.status()
     assert st["state"] == "failed"
-    assert st["reason"].endswith("; not retried (failed after its own 2s+ wait)")
+    assert st["reason"].endswith("; not retried (failed after its own 1s+ wait)")
 
 
 def test_rendered_cluster_env_retries_and_bounds_the_munge_recovery():
