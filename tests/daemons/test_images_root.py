@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import images
+from model import pins
 from tests.support.localcluster_inputs import _fake_inputs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, mounts)")
@@ -95,10 +97,21 @@ def test_root_is_baked_by_the_shipped_packages_step(lane, slurm):
     assert Path(f"{pyxis_so}.version").read_text() == "0.24.0\n"
     # Our plugstack.conf was written before apt installed its conffile owner, and survived.
     assert (root / "etc/slurm/plugstack.conf").read_bytes() == payload["/etc/slurm/plugstack.conf"]
-    assert (root / "etc/gpu-cluster/overrides.env").read_text() == (
-        "ENROOT_URL=file:///mnt/gpu-cluster-mirror/enroot\nPYXIS_URL=file:///mnt/gpu-cluster-mirror/pyxis\n"
-        f"ENROOT_VERSION=4.1.2\nSLURM_SERIES={slurm[:-1]}\nGPU_CLUSTER_FSX=bind\n"
-    )
+    overrides = [ln.split("=", 1) for ln in (root / "etc/gpu-cluster/overrides.env").read_text().splitlines()]
+    digests = dict(w.split("=") for w in dict(overrides)["DOWNLOAD_SHA256"].strip("'").split())
+    assert overrides == [
+        ["ENROOT_URL", "file:///mnt/gpu-cluster-mirror/enroot"],
+        ["PYXIS_URL", "file:///mnt/gpu-cluster-mirror/pyxis"],
+        ["ENROOT_VERSION", "4.1.2"],
+        ["DOWNLOAD_SHA256", dict(overrides)["DOWNLOAD_SHA256"]],
+        ["SLURM_SERIES", slurm[:-1]],
+        ["GPU_CLUSTER_FSX", "bind"],
+    ]
+    # the packages the mirror built, by their own digests, and the vendored Pyxis tarball
+    # unchanged, by its pin (model/pins.py)
+    assert sorted(digests) == ["enroot+caps_4.1.2-1_amd64.deb", "enroot_4.1.2-1_amd64.deb", "v0.24.0.tar.gz"]
+    assert all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests.values()), digests
+    assert digests["v0.24.0.tar.gz"] == pins.vendor_pin("pyxis-0.24.0.tar.gz").sha256
     # The bake left no traces a booting machine would trip over.
     assert not (root / "usr/sbin/policy-rc.d").exists()
     assert not (root / "var/lib/gpu-cluster").exists()
@@ -131,5 +144,12 @@ def test_a_node_booted_from_the_root_only_verifies_packages(tmp_path):
         "Enroot 4.1.2",
         "Pyxis 0.24.0 at /usr/local/lib/slurm/spank_pyxis.so",
         "SKIPPED: Lustre client (GPU_CLUSTER_FSX=bind: /fsx is a bind mount, not Lustre)",
+        lines[5],
     ]
     assert lines[0].split()[1].startswith("22.05.")
+    # The baked root's packages stay held, and the drop-ins keep upgrades off them.
+    held, needrestart, unattended = lines[5].split("; ")
+    assert {"munge", "slurmd", "slurmctld", "slurm-client", "libpmix2"} <= set(held.split()[1:]), held
+    assert held.startswith("held ")
+    assert needrestart == "needrestart leaves munge/Slurm running"
+    assert unattended == "unattended-upgrades skips kernel, Lustre, Slurm, munge"
