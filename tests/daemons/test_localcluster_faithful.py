@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.localcluster_probe import JOIN_GATE_WAIT
+
 NAME, SUBNET, NODES = "fttest", 6, 2
 LANES = [x for x in os.environ.get("GPU_CLUSTER_FAITHFUL_LANES", "bookworm").split(",") if x]
 STEPS = ["10-identity", "20-packages", "30-fsx", "40-munge", "50-slurm", "60-enroot", "70-pyxis",
@@ -186,7 +188,7 @@ def test_fsx_attached_late_is_picked_up_by_the_mount_retry_and_kept_across_a_reb
         cluster.c.attach_fsx(node)  # the shared directory appears, as a late Lustre mount would
         cluster.watch([w], timeout=180)
         assert w.rc == 0, _boot_log(node)[-3000:]
-        cluster.wait_idle(NODES + 1, timeout=60)
+        cluster.wait_idle(NODES + 1, timeout=JOIN_GATE_WAIT)
         r = cluster.reboot(node.hostname, timeout=180)  # a rebooted node still has it
         assert r.rc == 0, _boot_log(node)[-3000:]
         assert cluster.c.run(node, ["mountpoint", "-q", "/fsx"]).returncode == 0

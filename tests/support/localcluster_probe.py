@@ -13,3 +13,10 @@ def _can_run_cluster() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} is not installed (make deps installs Debian's packages)"
     return None
+
+
+# A node that registers into a running cluster stays drained until the controller's join
+# gate passes it (nodeside/lib/join-gate.sh): the batch settles for 60 s, the agent ticks
+# every 30 s, and the gate's single-node and pair checks run (about 30 s on the lanes).
+# Waits for such a node to be idle are bounded by this, not by a registration's 60 s.
+JOIN_GATE_WAIT = 360
