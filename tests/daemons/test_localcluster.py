@@ -251,6 +251,7 @@ def test_wrong_munge_key_at_boot_is_refused_and_replaced_through_the_join_path(c
         assert "munge key already installed" not in log
         assert f"requesting the cluster's munge key through /fsx/.gpu-cluster/{NAME}/munge/requests/" in log
         assert w.node.upper("/etc/munge/munge.key").read_bytes() == key
+        cluster.wait_idle(len(cluster.c.nodes), timeout=JOIN_GATE_WAIT)  # the join gate passed it
         r = cluster.ctl("srun", "-w", w.node.hostname, "--time=1", "hostname", timeout=60)
         assert (r.returncode, r.stdout.strip()) == (0, w.node.hostname), r.stderr
     finally:
@@ -333,7 +334,8 @@ def test_replaced_controller_resumes_the_queue_and_workers_follow_it(cluster):
     # before any job is started: a job started on a worker still configured for the old
     # controller stays COMPLETING (see the report of issue 4).
     workers = [n for n in cluster.c.nodes.values() if n.role == "worker"]
-    deadline = time.monotonic() + 150
+    # the new controller registered into a running cluster: idle once the join gate passed it
+    deadline = time.monotonic() + JOIN_GATE_WAIT
     while time.monotonic() < deadline:
         used = [n.upper("/var/lib/gpu-cluster/controller.env") for n in workers]
         states = cluster.node_states()
