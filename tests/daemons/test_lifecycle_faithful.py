@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.localcluster_probe import JOIN_GATE_WAIT
+from tests.support.localcluster_probe import JOIN_GATE_WAIT, wait_joined
 
 NAME, SUBNET, NODES = "lftest", 7, 2
 
@@ -123,6 +123,7 @@ def test_payload_missing_at_the_first_fetch_is_fetched_again_without_a_reboot(cl
         log = _boot_log(node)
         assert log.count("gpu-cluster-boot: 11 step(s)") == 1 and log.count("all 11 step(s) ok") == 1
         assert "FAILED" not in log
+        wait_joined(_state_dir(cluster), node.hostname)
         cluster.wait_idle(NODES + 1, timeout=JOIN_GATE_WAIT)
         r = cluster.ctl("srun", "-w", node.hostname, "--time=1", "hostname", timeout=60)
         assert (r.returncode, r.stdout.strip()) == (0, node.hostname), r.stderr

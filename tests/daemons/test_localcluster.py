@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.cluster import ENTRY_POINT
-from tests.support.localcluster_probe import JOIN_GATE_WAIT, _can_run_cluster
+from tests.support.localcluster_probe import JOIN_GATE_WAIT, _can_run_cluster, wait_joined
 
 # ---------------------------------------------------------------------------------
 # real daemons: a 3-node cluster from the rendered user data, and four faults
@@ -165,6 +165,7 @@ def test_fsx_missing_at_boot_is_retried_never_registers_and_recovers_when_fsx_ap
             (cluster.c.fsx_dir / ".gpu-cluster" / NAME / "status" / f"{w.node.hostname}.json").read_text()
         )
         assert (marker["state"], marker["instance_id"]) == ("ok", w.node.instance_id)
+        wait_joined(cluster.c.fsx_dir / ".gpu-cluster" / NAME, w.node.hostname)
         cluster.wait_idle(len(cluster.c.nodes), timeout=JOIN_GATE_WAIT)
         assert cluster.node_states()[w.node.hostname] == "idle"
         r = cluster.ctl("srun", "-w", w.node.hostname, "--time=1", "hostname", timeout=60)
@@ -199,6 +200,7 @@ def test_destroyed_worker_is_replaced_from_the_same_user_data(cluster):
     munge_dir = cluster.c.fsx_dir / ".gpu-cluster" / NAME / "munge"
     assert sorted(p.name for p in (munge_dir / "requests").iterdir()) == []
     assert sorted(p.name for p in (munge_dir / "responses").iterdir()) == []
+    wait_joined(cluster.c.fsx_dir / ".gpu-cluster" / NAME, new.hostname)
     cluster.wait_idle(len(cluster.c.nodes), timeout=JOIN_GATE_WAIT)
     assert _srun_all(cluster) == _live(cluster)
     assert new.hostname in _live(cluster) and old.hostname not in _live(cluster)
@@ -251,7 +253,8 @@ def test_wrong_munge_key_at_boot_is_refused_and_replaced_through_the_join_path(c
         assert "munge key already installed" not in log
         assert f"requesting the cluster's munge key through /fsx/.gpu-cluster/{NAME}/munge/requests/" in log
         assert w.node.upper("/etc/munge/munge.key").read_bytes() == key
-        cluster.wait_idle(len(cluster.c.nodes), timeout=JOIN_GATE_WAIT)  # the join gate passed it
+        wait_joined(cluster.c.fsx_dir / ".gpu-cluster" / NAME, w.node.hostname)
+        cluster.wait_idle(len(cluster.c.nodes), timeout=JOIN_GATE_WAIT)
         r = cluster.ctl("srun", "-w", w.node.hostname, "--time=1", "hostname", timeout=60)
         assert (r.returncode, r.stdout.strip()) == (0, w.node.hostname), r.stderr
     finally:

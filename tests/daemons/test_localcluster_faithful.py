@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.localcluster_probe import JOIN_GATE_WAIT
+from tests.support.localcluster_probe import JOIN_GATE_WAIT, wait_joined
 
 NAME, SUBNET, NODES = "fttest", 6, 2
 LANES = [x for x in os.environ.get("GPU_CLUSTER_FAITHFUL_LANES", "bookworm").split(",") if x]
@@ -188,6 +188,7 @@ def test_fsx_attached_late_is_picked_up_by_the_mount_retry_and_kept_across_a_reb
         cluster.c.attach_fsx(node)  # the shared directory appears, as a late Lustre mount would
         cluster.watch([w], timeout=180)
         assert w.rc == 0, _boot_log(node)[-3000:]
+        wait_joined(cluster.c.fsx_dir / ".gpu-cluster" / NAME, node.hostname)
         cluster.wait_idle(NODES + 1, timeout=JOIN_GATE_WAIT)
         r = cluster.reboot(node.hostname, timeout=180)  # a rebooted node still has it
         assert r.rc == 0, _boot_log(node)[-3000:]

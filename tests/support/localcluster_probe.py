@@ -20,3 +20,19 @@ def _can_run_cluster() -> str | None:
 # every 30 s, and the gate's single-node and pair checks run (about 30 s on the lanes).
 # Waits for such a node to be idle are bounded by this, not by a registration's 60 s.
 JOIN_GATE_WAIT = 360
+
+
+def wait_joined(state_dir, hostname: str, timeout: float = JOIN_GATE_WAIT) -> None:
+    """Until the join gate passed `hostname` (its history on /fsx says so). A node in the
+    gate's reservation already shows idle in sinfo, so an idle count alone does not say
+    the node takes jobs."""
+    import time
+    from pathlib import Path
+
+    history = Path(state_dir) / "validation" / "join" / "history"
+    deadline = time.monotonic() + timeout
+    while f"{hostname} passed" not in (history.read_text() if history.exists() else ""):
+        if time.monotonic() > deadline:
+            said = history.read_text()[-2000:] if history.exists() else "no join history"
+            raise TimeoutError(f"the join gate did not pass {hostname} within {timeout:.0f}s: {said}")
+        time.sleep(1)
