@@ -22,29 +22,19 @@ until the waiting job is done; every answer must be a success.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.localcluster_probe import faithful_lane_unavailable
 from userdata import layout
 
 NAME, SUBNET, WORKERS = "cftest", 8, 2
 
 pytestmark = pytest.mark.faithful
-
-
-def _can_run() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (namespaces, mounts, cgroups)"
-    for tool in ("systemd-nspawn", "nsenter", "ip", "mksquashfs"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (make deps installs systemd-container and squashfs-tools)"
-    return None
 
 
 class Poller:
@@ -79,7 +69,7 @@ class Poller:
 
 @pytest.fixture(scope="module")
 def cluster():
-    why = _can_run()
+    why = faithful_lane_unavailable()
     if why:
         pytest.skip(why)
     from localcluster.cluster import LocalCluster

@@ -21,33 +21,22 @@ every machine:
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.localcluster_probe import JOIN_GATE_WAIT, wait_joined
+from tests.support.localcluster_probe import JOIN_GATE_WAIT, faithful_lane_unavailable, wait_joined
 
 NAME, SUBNET, NODES = "lftest", 7, 2
 
 pytestmark = pytest.mark.faithful
 
 
-def _can_run() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (namespaces, mounts, cgroups)"
-    for tool in ("systemd-nspawn", "nsenter", "ip", "mksquashfs"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (make deps installs systemd-container and squashfs-tools)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    why = _can_run()
+    why = faithful_lane_unavailable()
     if why:
         pytest.skip(why)
     from localcluster.cluster import LocalCluster

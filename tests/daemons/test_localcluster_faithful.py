@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.localcluster_probe import JOIN_GATE_WAIT, wait_joined
+from tests.support.localcluster_probe import JOIN_GATE_WAIT, faithful_lane_unavailable, wait_joined
 
 NAME, SUBNET, NODES = "fttest", 6, 2
 LANES = [x for x in os.environ.get("GPU_CLUSTER_FAITHFUL_LANES", "bookworm").split(",") if x]
@@ -31,18 +30,9 @@ STEPS = ["10-identity", "20-packages", "30-fsx", "40-munge", "50-slurm", "60-enr
 pytestmark = pytest.mark.faithful
 
 
-def _can_run() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (namespaces, mounts, cgroups)"
-    for tool in ("systemd-nspawn", "nsenter", "ip", "mksquashfs"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (make deps installs systemd-container and squashfs-tools)"
-    return None
-
-
 @pytest.fixture(scope="module", params=LANES)
 def cluster(request):
-    why = _can_run()
+    why = faithful_lane_unavailable()
     if why:
         pytest.skip(why)
     from localcluster.cluster import LocalCluster

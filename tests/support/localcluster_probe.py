@@ -36,3 +36,16 @@ def wait_joined(state_dir, hostname: str, timeout: float = JOIN_GATE_WAIT) -> No
             said = history.read_text()[-2000:] if history.exists() else "no join history"
             raise TimeoutError(f"the join gate did not pass {hostname} within {timeout:.0f}s: {said}")
         time.sleep(1)
+
+
+def faithful_lane_unavailable() -> str | None:
+    """Why this machine cannot boot faithful-lane machines (systemd-nspawn), or None."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return "needs root (namespaces, mounts, cgroups)"
+    for tool in ("systemd-nspawn", "nsenter", "ip", "mksquashfs"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (make deps installs systemd-container and squashfs-tools)"
+    return None
