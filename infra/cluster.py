@@ -12,6 +12,7 @@ import base64
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -271,19 +272,39 @@ def _launch_template(
 ) -> NodeLaunchTemplate:
     return NodeLaunchTemplate(
         cfg.name,
-        NodeLaunchTemplateArgs(
-            cluster_name=cfg.name,
-            spec=cfg.spec,
-            image_id=image_id(cfg),
-            security_group_id=sg.security_group_id,
-            instance_profile_arn=identity.instance_profile_arn,
-            user_data_base64=user_data_b64,
-            root_volume=cfg.root_volume,
+        _template_args(
+            cfg,
+            sg,
+            identity,
+            user_data_b64,
+            tags,
             capacity_blocks=cfg.uses_capacity_blocks,
             placement_group=cfg.uses_placement_group,
-            tags=tags,
-            aws_name_base=cfg.aws_name_base,
         ),
+    )
+
+
+def _template_args(
+    cfg: ClusterConfig,
+    sg: NodeSecurityGroup,
+    identity: NodeIdentity,
+    user_data_b64: pulumi.Output,
+    tags: dict[str, str],
+    **role: Any,
+) -> NodeLaunchTemplateArgs:
+    """What the workers' and the controller's templates share (same image, same user
+    data, the group's security group); `role` holds what differs."""
+    return NodeLaunchTemplateArgs(
+        cluster_name=cfg.name,
+        spec=cfg.spec,
+        image_id=image_id(cfg),
+        security_group_id=sg.security_group_id,
+        instance_profile_arn=identity.instance_profile_arn,
+        user_data_base64=user_data_b64,
+        root_volume=cfg.root_volume,
+        tags=tags,
+        aws_name_base=cfg.aws_name_base,
+        **role,
     )
 
 
@@ -302,17 +323,13 @@ def _controller_launch_template(
     dedicated = cfg.dedicated_controller
     return NodeLaunchTemplate(
         f"{cfg.name}-controller",
-        NodeLaunchTemplateArgs(
-            cluster_name=cfg.name,
-            spec=cfg.spec,
-            image_id=image_id(cfg),
-            security_group_id=sg.security_group_id,
-            instance_profile_arn=identity.instance_profile_arn,
-            user_data_base64=user_data_b64,
-            root_volume=cfg.root_volume,
+        _template_args(
+            cfg,
+            sg,
+            identity,
+            user_data_b64,
+            tags,
             capacity_blocks=cfg.uses_capacity_blocks and not dedicated,
-            tags=tags,
-            aws_name_base=cfg.aws_name_base,
             controller=True,
             dedicated_instance_type=cfg.controller.instance_type if dedicated else None,
             placement_group_name=None if dedicated else workers.placement_group_name,
