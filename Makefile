@@ -1,62 +1,90 @@
 # The README's commands: `make check` (fast loop: no root, no apt), `make test`
 # (everything, as root), `make local-cluster` (main job without AWS).
+# The interpreter that creates the virtualenv (Debian's python3 works: nothing is
+# installed into it, PEP 668); everything else runs in the virtualenv.
 PYTHON ?= python3
 STACK ?= dev
 OUT ?= build/render-$(STACK)
-# The fast loop's own virtualenv; the same directory Pulumi.yaml names, so
-# `pulumi` and `make check` share one set of pinned packages.
+# The project virtualenv: the directory Pulumi.yaml names, so `pulumi`, `make check`,
+# `make test` and `make local-cluster` share one set of pinned packages
+# (tests/repo/test_install.py keeps the two names equal).
 VENV ?= venv
-FAST ?= not slurm and not localcluster and not faithful
+VENV_PYTHON = $(VENV)/bin/python
+# Recipes that run tests or the local cluster see the virtualenv first on PATH, as an
+# activated virtualenv would (subprocesses that call python3 get the same packages).
+VENV_PATH = PATH="$(abspath $(VENV))/bin:$$PATH"
+FAST ?= not slurm and not localcluster and not faithful and not package
 # Every test that needs root or a daemon lives here; `make check` does not even collect it
 # (the markers above stay, so `-m` still selects lanes within it).
 DAEMON_TESTS ?= tests/daemons
 # The config fuzz's case count in `make check` (the first cases of the same seeded
 # sequence); `make test` runs all of them.
 FUZZ_CASES ?= 100
+# The CLI fuzz's cases per CLI in `make check` (tests/clitools/test_cli_fuzz.py; `make test`
+# runs 300 per CLI).
+CLI_FUZZ_CASES ?= 30
 # The timeline model's random timelines in `make check` (the first of the same seeded
 # sequence; `make test` runs 200, bench/bench_timeline.py more).
 TIMELINE_CASES ?= 10
-# pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process).
+# pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process). Whole
+# modules go to a worker (--dist loadscope), so a module's fixtures (a program run, a
+# render, fresh processes) are built once, not once per worker; tests/conftest.py hands
+# out the longest modules first.
 JOBS ?= auto
-# Enroot/Pyxis release tarballs for the faithful lane's local mirror (scripts/vendor-dir.sh).
+# Enroot/Pyxis release tarballs for the faithful lane's local mirror (scripts/vendor-dir.sh;
+# `make vendor` fetches them into ./vendor).
 GPU_CLUSTER_VENDOR_DIR ?= $(shell scripts/vendor-dir.sh)
 export GPU_CLUSTER_VENDOR_DIR
 
-.PHONY: deps test render bench check check-deps lint typecheck golden lock diff
+.PHONY: deps test render bench check check-deps lint typecheck golden lock diff vendor
+# Debian's packages (as root) and the virtualenv (scripts/install-deps.sh).
 deps:
-	PYTHON=$(PYTHON) ./scripts/install-deps.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) ./scripts/install-deps.sh
 
-# Faithful-lane tests run on both OS lanes that bracket the nodes' Ubuntu 24.04
-# (Slurm 22.05 and 24.11); the lifecycle tests pin themselves to one lane.
-FAITHFUL_LANES ?= bookworm,trixie
+# Machine lanes (tests/support/lane_clusters.py; CONTRIBUTING.md "What `make test` costs,
+# and the CI budget"). The broad faithful module (tests/daemons/test_localcluster_faithful.py:
+# cluster, container jobs, reboot, late /fsx, a local apt repository) runs on every lane in
+# FAITHFUL_LANES, its node-behaviour tests and the lifecycle and dedicated-controller modules
+# on LIFECYCLE_LANE, one shared cluster per lane: slurm2311, the nodes' own Slurm 23.11 (built
+# here, installed through step 20's apt path). bookworm (22.05) and trixie (24.11) keep the
+# smaller set: their roots baked by step 20 from Debian's archive (test_images_root) and
+# 22.05's daemons reading the rendered files (test_slurm_oracle). One broad run instead of
+# two pays for the Slurm build (CI budget: docs/images.md).
+FAITHFUL_LANES ?= slurm2311
+LIFECYCLE_LANE ?= slurm2311
 
-# pytest exits 5 when it collected no tests; that is a failure here, not a pass.
+# Everything: the lane roots build in the background, the tests outside tests/daemons run
+# under xdist beside the daemon tests (scripts/test-all.sh says why each part runs when).
+# pytest's "no tests ran" (exit 5) is a failure here, not a pass.
 test: deps
-	@GPU_CLUSTER_FAITHFUL_LANES=$(FAITHFUL_LANES) $(PYTHON) -m pytest -q; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest ran no tests" >&2; exit 1; fi; exit $$rc
+	@GPU_CLUSTER_FAITHFUL_LANES=$(FAITHFUL_LANES) GPU_CLUSTER_LIFECYCLE_LANE=$(LIFECYCLE_LANE) \
+	  VENV_PYTHON=$(VENV_PYTHON) JOBS=$(JOBS) $(VENV_PATH) scripts/test-all.sh
 
-render: deps
-	$(PYTHON) -m offline.plan --stack $(STACK) --out $(OUT)
+render: check-deps
+	$(VENV_PYTHON) -m offline.plan --stack $(STACK) --out $(OUT)
 
 # What a change does to every stack, offline: `make diff BASE=origin/main` (FORMAT=markdown
 # for a PR comment, OUT=file to write it; OUT's default above is render's, so only an OUT
 # given on the command line or in the environment counts). Needs only the Python packages.
 BASE ?= origin/main
 FORMAT ?= text
-diff:
-	$(PYTHON) -m offline.review --base $(BASE) --format $(FORMAT) $(if $(filter-out file,$(origin OUT)),--out $(OUT))
+diff: check-deps
+	$(VENV_PYTHON) -m offline.review --base $(BASE) --format $(FORMAT) $(if $(filter-out file,$(origin OUT)),--out $(OUT))
 
-bench: deps
-	$(PYTHON) bench/bench_stack.py
+# The release sources the local lanes build from, downloaded and checked against
+# model/pins.py into ./vendor (MIRROR=file:///dir or http://host/path fetches <MIRROR>/<file>).
+vendor: check-deps
+	$(VENV_PYTHON) -m localcluster.vendor --dir vendor $(if $(MIRROR),--mirror $(MIRROR))
+
+bench: check-deps
+	$(VENV_PYTHON) bench/bench_stack.py
 
 # --- fast loop --------------------------------------------------------------------------
-# pip only (hash-checked lock, shellcheck comes as a wheel); reinstalls only when the
-# lock changes.
+# pip only (hash-checked lock, shellcheck comes as a wheel), no root, no apt; refills
+# only when the lock changes.
 check-deps: $(VENV)/.installed
-$(VENV)/.installed: requirements-dev.txt requirements.txt
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements-dev.txt
-	touch $@
+$(VENV)/.installed: requirements-dev.txt requirements.txt pyproject.toml scripts/install-deps.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) ./scripts/install-deps.sh --venv
 
 # Everything that needs no daemon, no root and no apt. The shellcheck runs are tests
 # (tests/userdata/test_userdata_render.py, tests/repo/test_shell_scripts.py), so the file lists have
@@ -68,7 +96,7 @@ check: check-deps
 	echo "== ruff check"; ruff check --output-format concise . || rc=1; \
 	echo "== ruff format --check"; ruff format --check --output-format concise . || rc=1; \
 	echo "== mypy"; mypy || rc=1; \
-	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) GPU_CLUSTER_TIMELINE_CASES=$(TIMELINE_CASES) python -m pytest -q -n $(JOBS) -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
+	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) GPU_CLUSTER_CLI_FUZZ_CASES=$(CLI_FUZZ_CASES) GPU_CLUSTER_TIMELINE_CASES=$(TIMELINE_CASES) python -m pytest -q -n $(JOBS) --dist loadscope -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
 	exit $$rc
 
 lint: check-deps
@@ -96,5 +124,6 @@ lock:
 	    --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
 	    -o $$f.txt $$f.in || exit 1; \
 	done
+	$(PYTHON) scripts/aws-requirements.py
 
 -include mk/*.mk

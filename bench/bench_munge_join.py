@@ -21,8 +21,8 @@ What runs, all from the rendered node files (`render_userdata(...).files`), neve
 - the shared "/fsx": a tmpfs mounted in a private mount namespace (the bench re-executes
   itself under `unshare --mount`), so nothing outlives the run.
 
-Not timed: the joiners' one-time RSA-3072 key pairs. Each node makes its own in
-parallel on its own CPUs (about 0.3-1 s); here 1024 of them would share 2 cores. They
+Not timed: the joiners' one-time EC P-256 key pairs. Each node makes its own in
+parallel on its own CPUs (a few milliseconds); here 1024 of them would share 2 cores. They
 are made beforehand by the shipped `mj_request` (which reuses an existing pair), and
 cached under /var/tmp for a day (the certificates are valid for two).
 

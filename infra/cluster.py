@@ -17,9 +17,18 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from infra.iam import NodeIdentity, NodeIdentityArgs, registry_read_policy
+from infra.accounting import AccountingDatabase, AccountingDatabaseArgs, secret_read_policy
+from infra.iam import (
+    NodeIdentity,
+    NodeIdentityArgs,
+    object_read_policy,
+    registry_read_policy,
+    repair_policy,
+    topology_read_policy,
+)
 from infra.launch_template import NodeLaunchTemplate, NodeLaunchTemplateArgs, image_id
-from infra.network import Network, NetworkArgs
+from infra.logs import ClusterLogs, ClusterLogsArgs, logs_write_policy, metrics_put_policy
+from infra.network import Network, NetworkArgs, other_zone
 from infra.nodes import NodeGroups, NodeGroupsArgs
 from infra.payload import (
     BlockEndsObject,
@@ -35,17 +44,21 @@ from infra.registry_secrets import RegistrySecrets, RegistrySecretsArgs
 from infra.security import NodeSecurityGroup, NodeSecurityGroupArgs
 from infra.storage import FileSystem, FileSystemArgs
 from model import tags as node_tags
+from model.accounting import db_identifier
 from model.block_ends import block_ends_document, block_ends_uri
-from model.capacity import iso_utc
+from model.capacity import NodeGroup, iso_utc
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig
 from model.errors import ConfigError
 from model.fsx_identity import fsx_identity
+from model.login import GROUP as LOGIN_GROUP
+from model.logs import metrics_namespace
 from model.node_iam import node_iam_policy
 from model.registries import RegistryAccess, needs_account, registry_access, stack_parameter_name, stack_secrets
 from model.schedule import BlockSchedule, cluster_schedule
 from model.tags import ON_DEMAND
 from userdata import layout
+from userdata.accounting_files import AccountingEndpoint
 from userdata.render import FsxEndpoint, NodeFiles, render_userdata
 
 
@@ -63,16 +76,20 @@ def render_node_files(
     bucket: pulumi.Input[str],
     region: str = "",
     account: pulumi.Input[str] = "",
+    database: AccountingDatabase | None = None,
 ) -> pulumi.Output:
     """Output[NodeFiles]: the pure renderer, called once the FSx endpoint and bucket are known.
 
     Only a function call happens inside apply; no resource is declared there. `region`
     and `account` resolve `containers` (model/registries.py); with Capacity Blocks the
     nodes also get where the program publishes the block ends (model/block_ends.py).
+    `database`: with accounting, where slurmdbd's database and its secret are.
     """
+    db: list[pulumi.Input] = [database.address, database.port, database.secret_arn] if database else []
 
-    def render(values: list[str]) -> NodeFiles:
-        dns, mount, bucket_name, acct = values
+    def render(values: list) -> NodeFiles:
+        dns, mount, bucket_name, acct = values[:4]
+        endpoint = AccountingEndpoint(values[4], int(values[5]), values[6], region) if database else None
         return render_userdata(
             cfg,
             spec,
@@ -81,9 +98,10 @@ def render_node_files(
             registries=registry_access(cfg.containers, region, acct, cfg.name),
             block_ends_uri=block_ends_uri(bucket_name) if cfg.uses_capacity_blocks else "",
             region=region,
+            accounting=endpoint,
         )
 
-    return pulumi.Output.all(dns_name, mount_name, bucket, account).apply(render)
+    return pulumi.Output.all(dns_name, mount_name, bucket, account, *db).apply(render)
 
 
 def encode_user_data(node_files: NodeFiles) -> str:
@@ -173,6 +191,15 @@ class _NodePayload:
     registry_policy: pulumi.Output[str] | None
 
 
+def _database_zone(cfg: ClusterConfig) -> str | None:
+    """A created VPC's second zone for the database subnet (accounting only): a lookup,
+    so stacks without accounting make no extra call."""
+    if not cfg.accounting.enabled or cfg.network.subnet_id:
+        return None
+    zones = tuple(aws.get_availability_zones(state="available").names or ())
+    return other_zone(zones, cfg.network.availability_zone)
+
+
 def _network(cfg: ClusterConfig, region: str, tags: dict[str, str]) -> Network:
     return Network(
         cfg.name,
@@ -182,6 +209,28 @@ def _network(cfg: ClusterConfig, region: str, tags: dict[str, str]) -> Network:
             subnet_id=cfg.network.subnet_id,
             vpc_cidr=cfg.network.vpc_cidr,
             region=region,
+            tags=tags,
+            database_zone=_database_zone(cfg),
+        ),
+    )
+
+
+def _accounting_database(
+    cfg: ClusterConfig, net: Network, sg: NodeSecurityGroup, tags: dict[str, str]
+) -> AccountingDatabase | None:
+    if not cfg.accounting.enabled:
+        return None
+    second = cfg.accounting.second_subnet_id or net.database_subnet_id
+    assert second is not None  # model/accounting.py accounting_problems
+    return AccountingDatabase(
+        cfg.name,
+        AccountingDatabaseArgs(
+            cluster_name=cfg.name,
+            config=cfg.accounting,
+            identifier=db_identifier(cfg.aws_name_prefix),
+            availability_zone=cfg.network.availability_zone,
+            subnet_ids=[net.subnet_id, second],
+            security_group_id=sg.security_group_id,
             tags=tags,
         ),
     )
@@ -208,6 +257,7 @@ def _node_payload(
     fsx: FileSystem,
     registry_passwords: dict[str, pulumi.Output[str]],
     tags: dict[str, str],
+    database: AccountingDatabase | None = None,
 ) -> _NodePayload:
     # One render for the whole cluster: the bytes do not depend on node count or block
     # (node contract), so every node boots the same user data. The node files always
@@ -215,7 +265,9 @@ def _node_payload(
     name = cfg.name
     bucket = PayloadBucket(name, PayloadBucketArgs(cluster_name=name, tags=tags))
     account, registry_policy, stored = containers_wiring(cfg, region, registry_passwords, tags)
-    node_files = render_node_files(cfg, cfg.spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name, region, account)
+    node_files = render_node_files(
+        cfg, cfg.spec, fsx.dns_name, fsx.mount_name, bucket.bucket_name, region, account, database
+    )
     payload = PayloadObject(
         name,
         PayloadObjectArgs(
@@ -242,23 +294,57 @@ def _node_payload(
     return _NodePayload(bucket, payload, block_ends, node_files, user_data_b64, registry_policy)
 
 
+def _cluster_logs(cfg: ClusterConfig, region: str, tags: dict[str, str]) -> ClusterLogs | None:
+    if not cfg.logs.enabled:
+        return None
+    return ClusterLogs(
+        cfg.name,
+        ClusterLogsArgs(
+            cluster_name=cfg.name, aws_name_base=cfg.aws_name_base, region=region, config=cfg.logs, tags=tags
+        ),
+    )
+
+
 def _node_identity(
-    cfg: ClusterConfig, node: _NodePayload, tags: dict[str, str], controller: bool = False
+    cfg: ClusterConfig,
+    node: _NodePayload,
+    tags: dict[str, str],
+    region: str,
+    controller: bool = False,
+    database: AccountingDatabase | None = None,
+    cluster_logs: ClusterLogs | None = None,
 ) -> NodeIdentity:
-    """The workers' role, or (`controller`) the controller's own role with the same grants
-    today: permissions only the controller needs go on this one alone (model/controller.py)."""
+    """The workers' role, or (`controller`) the controller's own role: the same grants, and
+    what only the controller needs on it alone, each its own inline policy (the published
+    block ends, read by its agent loop alone; the repair agent's, model/repair.py; the
+    accounting database's secret, infra/accounting.py; the topology read,
+    nodeside/topology.py; the cluster's metrics, infra/logs.py). With `logs`, both ship to
+    the cluster's log group."""
     extra = cfg.node_iam.statements
+    repair = controller and cfg.repair.replaces
+    own: dict[str, pulumi.Input[str]] = {}
+    if controller and node.block_ends is not None:
+        own["block-ends"] = node.block_ends.object_arn.apply(object_read_policy)
+    if controller and database is not None:
+        own["accounting-secret"] = database.secret_arn.apply(secret_read_policy)
+    if controller and cfg.slurm.topology == "tree":
+        own["topology"] = topology_read_policy()
+    if cluster_logs is not None:
+        own["logs"] = cluster_logs.log_group_arn.apply(logs_write_policy)
+        if controller:
+            own["metrics"] = metrics_put_policy(metrics_namespace(cfg.aws_name_base))
     return NodeIdentity(
         f"{cfg.name}-controller" if controller else cfg.name,
         NodeIdentityArgs(
             cluster_name=cfg.name,
             holders="controller" if controller else "GPU nodes",
             payload_object_arn=node.payload.object_arn,
-            block_ends_object_arn=node.block_ends.object_arn if node.block_ends else None,
             tags=tags,
             registry_policy=node.registry_policy,
             managed_policy_arns=cfg.node_iam.managed_policy_arns,
             extra_policy=json.dumps(node_iam_policy(extra), sort_keys=True) if extra else None,
+            repair_policy=repair_policy(cfg.name, region, cfg.aws_name_prefix) if repair else None,
+            own_policies=own,
         ),
     )
 
@@ -337,20 +423,52 @@ def _controller_launch_template(
     )
 
 
+def _login_launch_template(
+    cfg: ClusterConfig,
+    sg: NodeSecurityGroup,
+    identity: NodeIdentity,
+    user_data_b64: pulumi.Output,
+    tags: dict[str, str],
+) -> NodeLaunchTemplate | None:
+    """The login nodes' template (model/login.py): the same image and user data, the
+    workers' role (they need nothing more: SSM and the payload), a small CPU type with
+    one plain interface, on demand, no block and no placement group."""
+    if not cfg.login.count:
+        return None
+    return NodeLaunchTemplate(
+        f"{cfg.name}-login",
+        _template_args(
+            cfg, sg, identity, user_data_b64, tags, login=True, dedicated_instance_type=cfg.login.instance_type
+        ),
+    )
+
+
+def login_groups(cfg: ClusterConfig) -> list[NodeGroup]:
+    """The login nodes' on-demand group (none without login nodes)."""
+    return [NodeGroup(LOGIN_GROUP, "login", cfg.login.count, None)] if cfg.login.count else []
+
+
 def _node_groups(
-    cfg: ClusterConfig, net: Network, lt: NodeLaunchTemplate, ctl_lt: NodeLaunchTemplate, schedule: BlockSchedule
+    cfg: ClusterConfig,
+    net: Network,
+    lt: NodeLaunchTemplate,
+    ctl_lt: NodeLaunchTemplate,
+    schedule: BlockSchedule,
+    login_lt: NodeLaunchTemplate | None = None,
 ) -> NodeGroups:
     return NodeGroups(
         cfg.name,
         NodeGroupsArgs(
             cluster_name=cfg.name,
-            groups=cfg.node_groups(),
+            groups=cfg.node_groups() + login_groups(cfg),
             total_nodes=cfg.capacity.nodes,
             subnet_id=net.subnet_id,
             launch_template_id=lt.launch_template_id,
             launch_template_version=lt.latest_version,
             controller_launch_template_id=ctl_lt.launch_template_id,
             controller_launch_template_version=ctl_lt.latest_version,
+            login_launch_template_id=login_lt.launch_template_id if login_lt else None,
+            login_launch_template_version=login_lt.latest_version if login_lt else None,
             schedule=schedule,
             tags=cfg.tags,
             aws_name_base=cfg.aws_name_base,
@@ -370,6 +488,8 @@ class _Declared:
     ctl_lt: NodeLaunchTemplate
     ctl_identity: NodeIdentity
     nodes: NodeGroups
+    database: AccountingDatabase | None = None
+    logs: ClusterLogs | None = None
 
 
 def _stack_outputs(cfg: ClusterConfig, region: str, schedule: BlockSchedule, d: _Declared) -> dict[str, object]:
@@ -394,7 +514,9 @@ def _stack_outputs(cfg: ClusterConfig, region: str, schedule: BlockSchedule, d: 
         "controller_launch_template_version": d.ctl_lt.latest_version,
         "controller_role_name": d.ctl_identity.role_name,
         "node_groups": {
-            g.name: group_output(g, asg_names[g.name], schedule) for g in cfg.node_groups() if g.name in asg_names
+            g.name: group_output(g, asg_names[g.name], schedule)
+            for g in cfg.node_groups() + login_groups(cfg)
+            if g.name in asg_names
         },
         "capacity_block_ids": [b.reservation_id for b in cfg.capacity.capacity_blocks],
         "validation_results_path": layout.validation_results(cfg.name),
@@ -404,6 +526,24 @@ def _stack_outputs(cfg: ClusterConfig, region: str, schedule: BlockSchedule, d: 
         "fsx_protected": d.fsx.protected,
         "image_id": image_id(cfg),
     }
+    if LOGIN_GROUP in asg_names:
+        # A shell on a login node, as yourself: docs/team.md (Session Manager run-as).
+        out["login_ssm_command"] = asg_names[LOGIN_GROUP].apply(lambda n: controller_commands(region, n)[1])
+    if d.database is not None:
+        # Where slurmdbd's history lives; the ARN names the secret, never its value.
+        out["accounting_database"] = {
+            "identifier": db_identifier(cfg.aws_name_prefix),
+            "address": d.database.address,
+            "port": d.database.port,
+            "secret_arn": d.database.secret_arn,
+        }
+    if d.logs is not None:
+        # Where the nodes' logs and the cluster's metrics are (docs/logs.md, `ops logs`).
+        out["logs"] = {
+            "log_group_name": d.logs.log_group_name,
+            "dashboard_name": d.logs.dashboard_name,
+            "metrics_namespace": metrics_namespace(cfg.aws_name_base),
+        }
     if d.node.block_ends is not None:
         # Where the controller reads each block's current end (docs/operations.md, extending).
         out["block_ends_uri"] = d.node.bucket.bucket_name.apply(block_ends_uri)
@@ -437,11 +577,18 @@ def build(
     net = _network(cfg, region, tags)
     sg = NodeSecurityGroup(cfg.name, NodeSecurityGroupArgs(cluster_name=cfg.name, vpc_id=net.vpc_id, tags=tags))
     fsx = _file_system(cfg, net, sg, tags)
-    node = _node_payload(cfg, region, fsx, registry_passwords or {}, tags)
-    identity = _node_identity(cfg, node, tags)
+    database = _accounting_database(cfg, net, sg, tags)
+    node = _node_payload(cfg, region, fsx, registry_passwords or {}, tags, database)
+    cluster_logs = _cluster_logs(cfg, region, tags)
+    identity = _node_identity(cfg, node, tags, region, cluster_logs=cluster_logs)
     lt = _launch_template(cfg, sg, identity, node.user_data_b64, tags)
-    ctl_identity = _node_identity(cfg, node, tags, controller=True)
+    ctl_identity = _node_identity(
+        cfg, node, tags, region, controller=True, database=database, cluster_logs=cluster_logs
+    )
     ctl_lt = _controller_launch_template(cfg, sg, ctl_identity, lt, node.user_data_b64, tags)
-    nodes = _node_groups(cfg, net, lt, ctl_lt, schedule)
-    outputs = _stack_outputs(cfg, region, schedule, _Declared(net, sg, fsx, node, lt, ctl_lt, ctl_identity, nodes))
+    login_lt = _login_launch_template(cfg, sg, identity, node.user_data_b64, tags)
+    nodes = _node_groups(cfg, net, lt, ctl_lt, schedule, login_lt)
+    outputs = _stack_outputs(
+        cfg, region, schedule, _Declared(net, sg, fsx, node, lt, ctl_lt, ctl_identity, nodes, database, cluster_logs)
+    )
     return BuildResult(outputs=outputs, node_files=node.node_files)

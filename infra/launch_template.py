@@ -77,6 +77,8 @@ class NodeLaunchTemplateArgs:
     aws_name_base: str | None = None
     # The controller's own template: its fixed name and description say so.
     controller: bool = False
+    # The login nodes' template (model/login.py): a CPU type like a dedicated controller's.
+    login: bool = False
     # A dedicated controller's CPU type (model/controller.py); None: spec.name with the
     # EFA layout of `spec`. Set, it has one ENA interface and no market options.
     dedicated_instance_type: str | None = None
@@ -147,10 +149,11 @@ class NodeLaunchTemplate(Component):
         market, placement = self._market_and_placement(name, args)
         base = args.aws_name_base or args.cluster_name
         instance_type = args.dedicated_instance_type or args.spec.name
+        what = "login nodes" if args.login else "controller" if args.controller else "nodes"
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            name=launch_template_name(base, args.controller),
-            description=f"gpu-cluster {args.cluster_name} {instance_type} {'controller' if args.controller else 'nodes'}",
+            name=launch_template_name(base, args.controller, args.login),
+            description=f"gpu-cluster {args.cluster_name} {instance_type} {what}",
             image_id=args.image_id,
             instance_type=instance_type,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),

@@ -60,6 +60,23 @@ class NetworkArgs:
     vpc_cidr: str = "10.0.0.0/16"
     region: str = "us-east-1"  # for the S3 gateway endpoint's service name
     tags: dict[str, str] = field(default_factory=dict)
+    # accounting enabled: a second private subnet in this other zone, only for the RDS
+    # subnet group, which must cover two AZs (infra/accounting.py).
+    database_zone: str | None = None
+
+
+def database_subnet_cidr(vpc_cidr: str) -> str:
+    """The database subnet: the VPC's third quarter (the nodes' and NAT's are the first two)."""
+    net = ipaddress.ip_network(vpc_cidr, strict=False)
+    return str(list(net.subnets(prefixlen_diff=2))[2])
+
+
+def other_zone(zones: tuple[str, ...], zone: str) -> str:
+    """The first available zone (by name) that is not `zone`: the database subnet's."""
+    others = sorted(z for z in zones if z != zone)
+    if not others:
+        raise ValueError(f"no availability zone besides {zone}: RDS needs a subnet group covering two AZs")
+    return others[0]
 
 
 class Network(Component):
@@ -75,6 +92,7 @@ class Network(Component):
             existing = aws.ec2.get_subnet_output(id=args.subnet_id, opts=pulumi.InvokeOutputOptions(parent=self))
             self.vpc_id = existing.vpc_id
             self.subnet_id = pulumi.Output.from_input(args.subnet_id)
+            self.database_subnet_id: pulumi.Output[str] | None = None
             self.created = False
         else:
             self._create_vpc(name, args)
@@ -110,6 +128,20 @@ class Network(Component):
         )
         self.vpc_id = vpc.id
         self.subnet_id = private.id
+        self.database_subnet_id = None
+        if args.database_zone is not None:
+            # No route table of ours: the VPC's main one (local routes only) is all a
+            # database subnet needs.
+            database = aws.ec2.Subnet(
+                f"{name}-database",
+                vpc_id=vpc.id,
+                cidr_block=database_subnet_cidr(args.vpc_cidr),
+                availability_zone=args.database_zone,
+                map_public_ip_on_launch=False,
+                tags=_name_tags(args, "database"),
+                opts=self.child,
+            )
+            self.database_subnet_id = database.id
 
     def _subnet(self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc, kind: str, cidr: str) -> aws.ec2.Subnet:
         return aws.ec2.Subnet(

@@ -90,6 +90,9 @@ class NodeGroupsArgs:
     # The controller group launches from the controller's own template (infra/cluster.py).
     controller_launch_template_id: pulumi.Input[str]
     controller_launch_template_version: pulumi.Input[int]
+    # Login nodes (role `login`, model/login.py) launch from their own template; None: none.
+    login_launch_template_id: pulumi.Input[str] | None = None
+    login_launch_template_version: pulumi.Input[int] | None = None
     # The run's one schedule (model/schedule.py cluster_schedule), also read by the stack
     # outputs; required with Capacity Blocks: it decides started / not started.
     schedule: BlockSchedule | None = None
@@ -121,6 +124,11 @@ class NodeGroups(Component):
                 pulumi.Output.from_input(args.controller_launch_template_version).apply(_pinned),
             ),
         }
+        if args.login_launch_template_id is not None:
+            templates["login"] = (
+                args.login_launch_template_id,
+                pulumi.Output.from_input(args.login_launch_template_version).apply(_pinned),
+            )
         self.asg_names = {}
         for g in args.groups:
             if g.size > 0:

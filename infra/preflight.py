@@ -22,7 +22,7 @@ import pulumi
 import pulumi_aws as aws
 
 from model.config import ClusterConfig
-from model.controller import controller_block, controller_move_problem
+from model.controller_move import LiveGroup, move_lookup, move_problem
 from model.deploy import deploy_problems
 from model.errors import ConfigError
 from model.paths import ROOT, loc_to_path
@@ -31,7 +31,6 @@ from model.preflight import (
     BlockFacts,
     PreflightFacts,
     SubnetFacts,
-    asg_name,
     check_blocks,
     check_network,
     image_refusal,
@@ -283,28 +282,18 @@ def _live_group(name: str):
 
 
 def controller_move_problems(cfg: ClusterConfig, region: str, schedule: BlockSchedule) -> list[tuple[str, str]]:
-    """A colocated controller moving into a block whose group runs: read from the live groups.
-
-    The stack file cannot say where the live controller runs (dropping its block from the
-    list moves it without any key naming the new host), so the program looks up the
-    controller group by its fixed name: its GpuClusterBlock tag names the block it follows.
-    No controller group: a first deployment, nothing can move. The pure rule:
-    model/controller.py controller_move_problem."""
-    host = controller_block(cfg.controller, cfg.capacity)
-    block = next((b for b in cfg.capacity.capacity_blocks if b.name == host), None)
-    if block is None:
+    """A colocated controller moving into a block whose group runs: read from the live groups
+    (which ones, and the verdict: model/controller_move.py, shared with `ops preflight`)."""
+    lookup = move_lookup(cfg)
+    if lookup is None:
         return []
-    path = loc_to_path(("controller", "block"))
-    names = {g.name: asg_name(cfg.aws_name_base, g.name) for g in cfg.node_groups()}
-    host_group = f"block-{block.name}"
     try:
-        ctl = _live_group(names["controller"])
-        if ctl is None:
-            return []
-        live_block = next((t.value for t in ctl.tags or () if t.key == BLOCK_TAG), None)
-        live_host = None if live_block == block.name else _live_group(names[host_group])
+        ctl = _live_group(lookup.controller_asg)
+        live_block = None if ctl is None else next((t.value for t in ctl.tags or () if t.key == BLOCK_TAG), None)
+        # No controller group (a first deployment), or it already follows the host: no second read.
+        host = None if ctl is None or live_block == lookup.host.name else _live_group(lookup.host_asg)
     except LookupFailed as failure:
-        what = f"the Auto Scaling groups of this stack ({names['controller']}, {names[host_group]})"
+        what = f"the Auto Scaling groups of this stack ({lookup.controller_asg}, {lookup.host_asg})"
         why = _cannot(
             what,
             region,
@@ -312,9 +301,12 @@ def controller_move_problems(cfg: ClusterConfig, region: str, schedule: BlockSch
             "autoscaling:DescribeAutoScalingGroups",
             "run again: the program reads where the live controller runs before it can move it",
         )
-        return [(path, why)]
-    live_size = None if live_host is None else int(live_host.desired_capacity or 0)
-    problem = controller_move_problem(
-        cfg.controller, cfg.capacity, block, live_block, live_size, schedule.of(host_group).size_now
+        return [(loc_to_path(("controller", "block")), why)]
+    problem = move_problem(
+        cfg,
+        lookup,
+        schedule,
+        None if ctl is None else LiveGroup(live_block, int(ctl.desired_capacity or 0)),
+        None if host is None else LiveGroup(None, int(host.desired_capacity or 0)),
     )
     return [problem] if problem else []

@@ -1,6 +1,6 @@
 """A real multi-node Slurm cluster from our own user data, on one machine.
 
-    make local-cluster [NODES=N] [LANE=bookworm|trixie|namespace]
+    make local-cluster [NODES=N] [LANE=bookworm|trixie|slurm2311|namespace]
                                       # python -m localcluster up --nodes N --lane L
     python -m localcluster status
     python -m localcluster replace ip-10-77-0-12

@@ -22,44 +22,66 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster import machine, profile
-from localcluster.nodes import IMDS_PORT, Cluster, Node
+from clitools.errors import UsageError
+from localcluster import autoscaling, hardware, machine, profile
+from localcluster.mirror import CLOUDWATCH_SKIP
+from localcluster.nodes import AWS_PORT, IMDS_PORT, Cluster, Node
 from localcluster.profile import TEST_IMAGE
 from model import tags as node_tags
 from userdata import layout
 from userdata.layout import ENTRY_POINT
 
 SCRIPTS_DIR = "/var/lib/cloud/instance/scripts"  # where cloud-init keeps x-shellscript parts
-# The three documented swaps (docs/node-contract.md), and nothing else.
+# The documented swaps (docs/node-contract.md), and nothing else.
 OVERRIDES = {
     "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IMDS_PORT}",
     "GPU_CLUSTER_SERVICE_MANAGER": "direct",
     "GPU_CLUSTER_PACKAGES": "preinstalled",
+    "CLOUDWATCH_SKIP": CLOUDWATCH_SKIP,
 }
 # Machine lanes: systemd stays the service manager (the default, so not written), and the
-# units step 85 enables are what systemd runs. The host adds only the metadata address to
+# units step 85 enables are what systemd runs. The host adds only the metadata address
+# and the EC2 endpoint (the AWS stand-in, in a controller's namespace: nodes.py) to
 # the overrides.env baked into the lane's root (its pins: SLURM_SERIES, ENROOT_VERSION, the
 # mirror URLs, GPU_CLUSTER_FSX=bind), so step 20 checks exact versions as on a baked AMI.
-MACHINE_OVERRIDES = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IMDS_PORT}"}
+MACHINE_OVERRIDES = {
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{IMDS_PORT}",
+    "CLOUDWATCH_SKIP": CLOUDWATCH_SKIP,
+    # the controller's boto3 calls (the topology refresh) go to the lane's AWS stand-in
+    "AWS_ENDPOINT_URL_EC2": f"http://127.0.0.1:{AWS_PORT}",
+}
 # A root without baked pins (a hand-made one, GPU_CLUSTER_LOCAL_ROOT) has Debian's Slurm,
 # not the series step 20 would install, and no route to an archive: verify binaries only.
 UNBAKED_OVERRIDES = {"GPU_CLUSTER_PACKAGES": "preinstalled"}
-LANES = ("bookworm", "trixie", "namespace")
+LANES = ("bookworm", "trixie", "slurm2311", "namespace")
+IMAGES = ("baked", "plain")
 DEFAULT_LANE = "bookworm"
 LAUNCH_PARALLEL = 4
-# The entry point's lines in boot.log: "<ts> [boot] end 10-identity ok after 3s",
-# "<ts> [boot] FAILED 30-fsx after 0s: <reason>"; steps log "<ts> [NN-step] ...".
+# The entry point's lines in boot.log: "<ts> [boot] end 10-identity ok after 0.4s",
+# "<ts> [boot] FAILED 30-fsx after 0.2s: <reason>"; steps log "<ts> [NN-step] ...".
 STEP_LINE = re.compile(r"^\S+ \[(?P<who>[^\]]+)\] (?P<msg>.*)$")
-STEP_END = re.compile(r"^(?:end (?P<ok>\S+) ok|FAILED (?P<failed>\S+)) after (?P<secs>\d+)s(?:: (?P<reason>.*))?$")
-WAIT_DONE = re.compile(r"done waiting after (\d+)s: (.*)")
+STEP_END = re.compile(
+    r"^(?:end (?P<ok>\S+) ok|FAILED (?P<failed>\S+)) after (?P<secs>\d+(?:\.\d+)?)s(?:: (?P<reason>.*))?$"
+)
+WAIT_DONE = re.compile(r"done waiting after (\d+(?:\.\d+)?)s: (.*)")
 
 
-def overrides_env() -> bytes:
-    return "".join(f"{k}={v}\n" for k, v in OVERRIDES.items()).encode()
+def overrides_env(swaps: dict[str, str] | None = None) -> bytes:
+    return machine.env_text({**OVERRIDES, **(swaps or {})})
+
+
+def pauses(first: float = 0.05, cap: float = 0.5) -> Iterator[float]:
+    """Pauses between polls, as the nodes' wait_until does: short at first (what is nearly
+    ready is seen at once), then 1.5x longer each time up to `cap`."""
+    pause = first
+    while True:
+        yield pause
+        pause = min(cap, pause * 1.5)
 
 
 @dataclass
@@ -87,8 +109,26 @@ class BootWatch:
 
 class LocalCluster:
     def __init__(
-        self, name: str = "local", subnet: int = 0, out=print, lane: str | None = None, placement: str | None = None
+        self,
+        name: str = "local",
+        subnet: int = 0,
+        out=print,
+        lane: str | None = None,
+        placement: str | None = None,
+        image: str = "baked",
+        team: bool = False,
+        *,
+        settings: dict | None = None,
+        kit: hardware.Kit | None = None,
+        swaps: dict[str, dict[str, str]] | None = None,
+        autoscaling: bool = False,
     ):
+        """`settings`: stack config sections on top of the lane's (profile.local_config);
+        `kit`: stand-in GPU/EFA hardware on every node (localcluster/hardware.py);
+        `swaps`: more overrides.env lines per role (tests' shorter bounded waits, e.g. the
+        controller's JOIN_SETTLE; never on AWS: docs/node-contract.md); `autoscaling`: the
+        Auto Scaling stand-in in the controller's namespace (localcluster/autoscaling.py),
+        each machine in its group, terminations followed by follow_terminations()."""
         self.c = Cluster(name, subnet)
         self.name = name
         self.out = out
@@ -97,6 +137,19 @@ class LocalCluster:
         if placement is not None and placement not in profile.PLACEMENTS:
             raise ValueError(f"controller placement '{placement}': use one of {', '.join(profile.PLACEMENTS)}")
         self._placement = placement or "block"
+        self._settings = settings or {}
+        self.kit = kit
+        self.swaps = swaps or {}
+        self.autoscaling = autoscaling
+        self.followed = 0  # terminations (asg_standin) already acted on
+        if image not in IMAGES:
+            raise ValueError(f"image '{image}': use one of {', '.join(IMAGES)}")
+        # baked: the lane's root as an AMI is baked (images.py); plain: the same without the
+        # bake, so step 20 installs at boot as on a plain DLAMI (plain_root.py, benchmarks).
+        self.image = image
+        # The team lane (localcluster/team.py): accounting on a MariaDB of its own, the
+        # stack's users and a login machine. A running cluster keeps what it was.
+        self._team = team
         # A running cluster keeps its lane. The library's default stays the namespace lane
         # (callers that predate the machine lanes); the command line defaults to DEFAULT_LANE.
         self.lane = self.c.lane or lane or "namespace"
@@ -121,9 +174,29 @@ class LocalCluster:
     def dedicated(self) -> bool:
         return self.placement == "dedicated"
 
+    @property
+    def team(self) -> bool:
+        return (self.c.root / "team").exists() or self._team
+
+    @property
+    def database(self):
+        from localcluster.team import LocalDatabase
+
+        return LocalDatabase(self.c)
+
+    def login_count(self) -> int:
+        return self.team_raw()["login"]["count"] if self.team else 0
+
+    def team_raw(self) -> dict:
+        from localcluster.team import team_raw
+
+        return team_raw()
+
     def slurm_nodes(self) -> list[Node]:
-        """The nodes running slurmd: all but a dedicated controller (it takes no jobs)."""
-        return [n for n in self.c.nodes.values() if not (self.dedicated and n.role == "controller")]
+        """The nodes running slurmd: all but a dedicated controller and login nodes (no jobs)."""
+        return [
+            n for n in self.c.nodes.values() if n.role != "login" and not (self.dedicated and n.role == "controller")
+        ]
 
     def base_root(self) -> Path:
         """The lane's baked root (images.py builds and caches it; GPU_CLUSTER_LOCAL_ROOT overrides)."""
@@ -134,6 +207,12 @@ class LocalCluster:
             given = os.environ.get("GPU_CLUSTER_LOCAL_ROOT")
             if given:
                 self._base = Path(given)
+            elif self.image == "plain":
+                from localcluster import plain_root
+
+                cached = set(plain_root.images.CACHE_ROOT.glob("roots/*"))
+                self._base = plain_root.build(self.lane)
+                self.root_built = self._base not in cached
             else:
                 from localcluster import images
 
@@ -155,10 +234,30 @@ class LocalCluster:
     def payload_dir(self) -> Path:
         return self.c.root / "payload"
 
+    @property
+    def settings(self) -> dict:
+        """The stack config this cluster was rendered with on top of the lane's; a running cluster keeps its own."""
+        f = self.c.root / "settings.json"
+        return json.loads(f.read_text()) if f.exists() else self._settings
+
     def render(self, nodes: int) -> profile.UserData:
-        ud = profile.render(self.name, nodes, str(self.payload_dir), placement=self.placement)
+        settings = self.settings
+        team = self.team_raw() if self.team else None
+        db_host = self.database.ip if self.team else None
+        ud = profile.render(
+            self.name,
+            nodes,
+            str(self.payload_dir),
+            placement=self.placement,
+            team=team,
+            db_host=db_host,
+            settings=settings,
+        )
         self.c.root.mkdir(parents=True, exist_ok=True)
         (self.c.root / "placement").write_text(self.placement + "\n")
+        (self.c.root / "settings.json").write_text(json.dumps(settings, sort_keys=True) + "\n")
+        if self.team:
+            (self.c.root / "team").write_text("accounting, users, login\n")
         self.user_data_file.write_bytes(ud.raw)
         if ud.payload is not None:
             self.payload_dir.mkdir(exist_ok=True)
@@ -205,17 +304,42 @@ class LocalCluster:
         # cloud-init keeps x-shellscript parts as files and runs them after write_files.
         for i, script in enumerate(scripts):
             to_write[f"{SCRIPTS_DIR}/part-{i + 1:03d}"] = (script, 0o700, "root:root")
-        to_write[layout.OVERRIDES_ENV] = (overrides_env(), 0o644, "root:root")
-        to_write.update(extra or {})
+        extra, swaps = self._team_extras(role, {**(self.kit.files() if self.kit else {}), **(extra or {})})
+        swaps = {**self.node_swaps(role), **swaps, **self.swaps.get(role, {})}
+        to_write[layout.OVERRIDES_ENV] = (overrides_env(swaps), 0o644, "root:root")
+        to_write.update(extra)
         tags = node_tags.identity_tags(self.name, role, expected or self.expected_nodes(), block)
         if self.machines:
-            return self._launch_machine(role, tags, fsx=fsx, extra=extra or {})
-        node = self.c.create_node(role, to_write, fsx=fsx, tags=tags, az=profile.AZ)
-        proc = self.c.start_boot(node, boot_command(runcmd, len(scripts)))
-        w = BootWatch(node, proc)
-        with self.c.lock:
-            self.watches[node.hostname] = w
+            w = self._launch_machine(role, tags, fsx=fsx, extra=extra, swaps=swaps)
+        else:
+            node = self.c.create_node(role, to_write, fsx=fsx, tags=tags, az=profile.AZ)
+            proc = self.c.start_boot(node, boot_command(runcmd, len(scripts)))
+            w = BootWatch(node, proc)
+            with self.c.lock:
+                self.watches[node.hostname] = w
+        if self.autoscaling:
+            autoscaling.add(self.c.root, self.name, w.node)
+            if role == "controller":
+                autoscaling.start(self.c.root, w.node)
         return w
+
+    def node_swaps(self, role: str) -> dict[str, str]:
+        """overrides.env lines beyond the lane's own: the kit's, the Auto Scaling endpoint
+        (controller), then the caller's for the role."""
+        out = dict(self.kit.swaps()) if self.kit else {}
+        if self.autoscaling and role == "controller":
+            out["AWS_ENDPOINT_URL_AUTO_SCALING"] = autoscaling.endpoint()
+        return {**out, **self.swaps.get(role, {})}
+
+    def _team_extras(
+        self, role: str, extra: dict[str, tuple[bytes, int, str]]
+    ) -> tuple[dict[str, tuple[bytes, int, str]], dict[str, str]]:
+        """The team lane's controller gets the database secret file and its swap."""
+        if not (self.team and role == "controller"):
+            return extra, {}
+        from localcluster import team
+
+        return {**team.controller_files(self.database), **extra}, team.controller_swaps()
 
     def _host_limits(self, machines: int) -> None:
         said = machine.ensure_inotify(machines)
@@ -223,18 +347,32 @@ class LocalCluster:
             self.out(f"host: {said}")
 
     def _launch_machine(
-        self, role: str, tags: dict[str, str], *, fsx: bool, extra: dict[str, tuple[bytes, int, str]]
+        self,
+        role: str,
+        tags: dict[str, str],
+        *,
+        fsx: bool,
+        extra: dict[str, tuple[bytes, int, str]],
+        swaps: dict[str, str] | None = None,
     ) -> BootWatch:
         self._host_limits(len(self.c.nodes) + 1)
-        ro = [str(self.payload_dir)] if self.payload_dir.is_dir() else []
         base = self.base_root()
+        # The payload at its own path; the root's local apt repositories at their mount points.
+        ro: list[str | tuple[str, str]] = [str(self.payload_dir)] if self.payload_dir.is_dir() else []
+        from localcluster import images
+
+        ro += images.apt_repo_binds(base)
+        if self.image == "plain":
+            from localcluster import plain_root
+
+            ro += plain_root.binds(self.lane)
         baked = "SLURM_SERIES" in machine.read_env(base / machine.OVERRIDES)
         node = self.c.create_machine(
             role,
             lane=self.lane,
             base=base,
             user_data=self.user_data_file.read_bytes(),
-            swaps={**MACHINE_OVERRIDES, **({} if baked else UNBAKED_OVERRIDES)},
+            swaps={**MACHINE_OVERRIDES, **({} if baked else UNBAKED_OVERRIDES), **(swaps or {})},
             files=extra,
             fsx=fsx,
             tags=tags,
@@ -250,7 +388,7 @@ class LocalCluster:
         """Boot a cluster of capacity.nodes = n (plus a dedicated controller); `block`
         tags the workers (and a colocated controller) as that block's machines."""
         if n < 2:  # capacity.nodes' minimum (model/capacity.py)
-            raise SystemExit(
+            raise UsageError(
                 "a local cluster needs at least 2 nodes (capacity.nodes; a dedicated controller is besides them)"
             )
         if self.machines:  # the root is built (or found in the cache) before the clock starts
@@ -259,6 +397,11 @@ class LocalCluster:
             self.out(f"lane {self.lane}: root {base} ({how}) ready in {self.root_seconds:.1f}s")
         t0 = time.monotonic()
         self.c.lane = self.lane
+        if self.team:
+            self.database.start()
+            self.out(
+                f"accounting database: MariaDB at {self.database.ip}:3306 (its own namespace, data in {self.database.dir})"
+            )
         self.render(n)
         if self.machines:
             self.test_image()  # before boot: the first-boot gate runs it
@@ -282,6 +425,8 @@ class LocalCluster:
             self._host_limits(1 + workers + len(self.c.nodes))
         self.launch("controller", expected=n, block=ctl_block)
         self._launch_workers(workers, n, block)
+        for _ in range(self.login_count()):
+            self.launch("login", expected=n)
 
     def _launch_workers(self, count: int, expected: int, block: str) -> list[BootWatch]:
         # Workers launch a few at a time, like an Auto Scaling group filling up; each
@@ -296,9 +441,9 @@ class LocalCluster:
         scales out at the block's start: the same user data, GpuClusterBlock=`block`.
         Returns once their boots ended (joining Slurm is the controller's business)."""
         if block == node_tags.ON_DEMAND or any(n.block == block for n in self.c.nodes.values()):
-            raise SystemExit(f"block '{block}': name a new block (its machines are not running)")
+            raise UsageError(f"block '{block}': name a new block (its machines are not running)")
         if count < 1:
-            raise SystemExit(f"block '{block}': needs at least 1 node")
+            raise UsageError(f"block '{block}': needs at least 1 node")
         if self.machines:
             self._host_limits(len(self.c.nodes) + count)
         ws = self._launch_workers(count, self.expected_nodes(), block)
@@ -319,12 +464,39 @@ class LocalCluster:
         their entries; draining them first is the block-end pass's job)."""
         gone = sorted(h for h, n in self.c.nodes.items() if n.block == block)
         if not gone:
-            raise SystemExit(f"block '{block}': no machine of it is running")
+            raise UsageError(f"block '{block}': no machine of it is running")
         for hostname in gone:
             self.out(f"block {block} ends: killing {hostname}")
             self.c.kill_node(self.c.nodes[hostname])
             self.watches.pop(hostname, None)
         return gone
+
+    def follow_terminations(self) -> list[tuple[str, BootWatch]]:
+        """Do what Auto Scaling does after each new TerminateInstanceInAutoScalingGroup the
+        stand-in answered (localcluster/asg_standin.py): the instance is terminated (its
+        machine killed, no goodbye to slurmctld) and, the desired capacity unchanged, the
+        group launches a new instance from the same template into the same block (new
+        instance id, name and address; the same tags, kit and overrides). Returns
+        (terminated hostname, the new machine's boot watch) per termination; the boots run
+        on (watch() them)."""
+        from localcluster import asg_standin
+
+        done = asg_standin.terminations(autoscaling.state_dir(self.c.root))
+        out = []
+        for t in done[self.followed :]:
+            self.followed += 1
+            old = next((n for n in self.c.nodes.values() if n.instance_id == t["instance_id"]), None)
+            if old is None:
+                self.out(f"auto scaling: {t['instance_id']} is not running; nothing to terminate")
+                continue
+            role, block = old.role, old.block
+            self.out(f"auto scaling: terminating {old.hostname} ({old.instance_id}) in {t['group']}")
+            self.c.kill_node(old)
+            self.watches.pop(old.hostname, None)
+            w = self.launch(role, block=block)
+            self.out(f"auto scaling: launched {w.node.hostname} ({w.node.instance_id}) into {t['group']}")
+            out.append((old.hostname, w))
+        return out
 
     def _finish_bring_up(self, t0: float, timeout: float) -> float:
         self.watch(timeout=timeout)
@@ -398,9 +570,9 @@ class LocalCluster:
     def _machine(self, hostname: str) -> Node:
         node = self.c.nodes.get(hostname)
         if node is None:
-            raise SystemExit(f"no node {hostname} in local cluster '{self.name}'")
+            raise UsageError(f"no node {hostname} in local cluster '{self.name}'")
         if not node.is_machine:
-            raise SystemExit(f"{hostname} is a namespace node; reboot needs a machine lane")
+            raise UsageError(f"{hostname} is a namespace node; reboot needs a machine lane")
         return node
 
     # ---- watching ------------------------------------------------------------------
@@ -480,7 +652,7 @@ class LocalCluster:
             self.seen_skips.update((step, k) for k in skips)
             if new:  # each skip is said once per bring-up, by the first node that made it
                 note += "  (skipped: " + "; ".join(new) + ")"
-            self.out(f"  {w.node.hostname:<15} {step:<13} {r.state:<6} {r.seconds:4.0f}s{note}")
+            self.out(f"  {w.node.hostname:<15} {step:<13} {r.state:<6} {r.seconds:5.1f}s{note}")
         elif msg.startswith("SKIPPED: "):
             w.skipped_in.setdefault(who, []).append(
                 re.sub(r" \(GPU_CLUSTER_PACKAGES=preinstalled\)$", "", msg[len("SKIPPED: ") :])
@@ -499,13 +671,32 @@ class LocalCluster:
                     if w.rc is None:
                         self.out(f"{w.node.hostname}: boot still running after {timeout:.0f}s")
                 break
-            time.sleep(0.25)
+            time.sleep(0.1)  # reads the boot logs' new lines: cheap
         for w in ws:
             self.poll(w)
 
     # ---- Slurm, from the controller --------------------------------------------------
     def ctl(self, *argv: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
         return self.c.run(self.c.controller(), list(argv), timeout=timeout, check=check)
+
+    def node_reasons(self) -> dict[str, tuple[str, str]]:
+        """sinfo: node -> (state, drain reason or '')."""
+        try:
+            out = self.ctl("sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return {}
+        rows = {}
+        for line in out.splitlines():
+            name, _, rest = line.partition("|")
+            state, _, reason = rest.partition("|")
+            rows[name] = (state, "" if reason == "none" else reason)
+        return rows
+
+    def in_node(self, hostname: str, script: str, timeout: float = 60) -> None:
+        """Run a shell script as root inside one node (a fault, hardware.py); it must succeed."""
+        r = self.c.run(self.c.nodes[hostname], ["bash", "-ec", script], timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"{hostname}: {script}: exit {r.returncode}: {r.stderr.strip()[-500:]}")
 
     def node_states(self) -> dict[str, str]:
         try:
@@ -521,6 +712,7 @@ class LocalCluster:
 
     def wait_idle(self, count: int, timeout: float = 120) -> dict[str, str]:
         deadline = time.monotonic() + timeout
+        pause = pauses(0.1, 1.0)  # each poll is a sinfo inside the controller
         while True:
             states = self.node_states()
             idle = [n for n, s in states.items() if s in ("idle", "mix", "alloc")]
@@ -528,7 +720,7 @@ class LocalCluster:
                 return states
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {len(idle)}/{count} nodes idle after {timeout:.0f}s: {states}")
-            time.sleep(0.5)
+            time.sleep(next(pause))
 
     def show(self) -> None:
         n = len(self.slurm_nodes())
@@ -553,8 +745,9 @@ class LocalCluster:
     # ---- machine lanes: what systemd and cloud-init say, and a container job ------------
     def units(self, node: Node) -> list[str]:
         """The units step 85 enables on this node's role (a dedicated controller: no slurmd)."""
-        slurmd = [] if self.dedicated and node.role == "controller" else ["slurmd"]
-        return ["munge", "gpu-cluster-munge-responder", *slurmd] + (["slurmctld"] if node.role == "controller" else [])
+        slurmd = [] if node.role == "login" or (self.dedicated and node.role == "controller") else ["slurmd"]
+        ctl = ["slurmctld", *(["slurmdbd"] if self.team else [])] if node.role == "controller" else []
+        return ["munge", "gpu-cluster-munge-responder", *slurmd, *ctl]
 
     def machine_state(self, node: Node) -> dict:
         """cloud-init's status, systemd's overall state and each of our units', inside the machine."""
@@ -650,11 +843,12 @@ class LocalCluster:
         job = r.stdout.strip().split(";")[0]
         out = self.c.fsx_dir / "localcluster" / f"job-{job}.out"
         deadline = time.monotonic() + timeout
+        pause = pauses(0.1, 1.0)
         while time.monotonic() < deadline:
             st = self.ctl("scontrol", "show", "job", job).stdout
             if re.search(r"JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)", st):
                 break
-            time.sleep(0.5)
+            time.sleep(next(pause))
         state = re.search(r"JobState=(\S+)", st)
         body = out.read_text() if out.exists() else "(no output file)"
         return f"job {job}: {state.group(1) if state else '?'}\n{body}"
@@ -667,13 +861,14 @@ class LocalCluster:
         """Wait for the first-boot validation job (submitted by the controller's hand-off) to end."""
         record = self.validation_dir() / "first-boot.jobid"
         deadline = time.monotonic() + timeout
+        pause = pauses(0.1, 1.0)
         while time.monotonic() < deadline:
             if record.exists() and record.read_text().strip():
                 job = record.read_text().strip()
                 st = self.ctl("scontrol", "show", "job", job).stdout
                 if not st or re.search(r"JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_ME)", st):
                     return job
-            time.sleep(0.5)
+            time.sleep(next(pause))
         return None
 
     def validation_report(self, timeout: float = 300) -> str:
@@ -695,7 +890,7 @@ class LocalCluster:
         """Destroy a node and launch a fresh one (new IP, name, instance id) in its place."""
         old = self.c.nodes.get(hostname)
         if old is None:
-            raise SystemExit(f"no node {hostname} in local cluster '{self.name}'")
+            raise UsageError(f"no node {hostname} in local cluster '{self.name}'")
         role = old.role
         self.out(f"destroying {hostname} ({old.instance_id}, {old.ip})")
         self.c.kill_node(old)
@@ -711,9 +906,14 @@ class LocalCluster:
             self.forget_node(hostname)
         return w
 
-    def forget_node(self, hostname: str, timeout: float = 30) -> bool:
-        """Remove a destroyed node from slurmctld (down first if a job still holds it)."""
+    def forget_node(self, hostname: str, timeout: float = 90) -> bool:
+        """Remove a destroyed node from slurmctld (down first if a job still holds it).
+
+        A node inside a join-gate run's reservation cannot be deleted ("Requested nodes are
+        busy"); once it is down the controller's next join tick (every 30 s) ends that run
+        and removes the reservation (nodeside/lib/join-gate.sh), hence the bound."""
         deadline = time.monotonic() + timeout
+        pause = pauses(0.1, 1.0)
         while True:
             r = self.ctl("scontrol", "delete", f"nodename={hostname}")
             if r.returncode == 0 or "Invalid node name" in r.stderr:
@@ -723,7 +923,7 @@ class LocalCluster:
                 self.out(f"could not remove {hostname} from Slurm: {r.stderr.strip()}")
                 return False
             self.ctl("scontrol", "update", f"nodename={hostname}", "state=down", "reason=instance destroyed")
-            time.sleep(0.5)
+            time.sleep(next(pause))
 
     def status(self) -> None:
         if not self.c.nodes:
@@ -805,9 +1005,14 @@ def summary(watches: list[BootWatch]) -> dict:
             by_kind[k] = by_kind.get(k, 0.0) + secs
         handoff = by_kind.get(HANDOFF, 0.0)
         waited = sum(v for k, v in by_kind.items() if k != HANDOFF)
+        in_step: dict[str, float] = {}
+        for step, _, secs in w.waits:
+            in_step[step] = in_step.get(step, 0.0) + secs
         rows[w.node.hostname] = {
             "role": w.node.role,
             "steps": {s.step: s.seconds for s in w.steps},
+            # a step's own work: its time less the bounded waits it logged
+            "step_work": {s.step: max(0.0, (s.seconds or 0) - in_step.get(s.step, 0.0)) for s in w.steps},
             "boot": total - handoff,
             "waits": waited,
             "handoff": handoff,

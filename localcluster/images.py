@@ -1,7 +1,10 @@
 """Node root images for the faithful local lanes, built the way an AMI is baked.
 
 A lane is a Debian release that brackets the nodes' Ubuntu 24.04 (Slurm 23.11):
-`bookworm` (Debian 12, Slurm 22.05) and `trixie` (Debian 13, Slurm 24.11).
+`bookworm` (Debian 12, Slurm 22.05) and `trixie` (Debian 13, Slurm 24.11); and
+`slurm2311`, Debian 12 with the nodes' own Slurm 23.11.4 built here and packaged under
+Ubuntu's names (localcluster/slurm_build.py), served by a local apt repository
+(localcluster/apt_repo.py) that step 20 installs from through its ordinary apt path.
 
 Building a root, in stages (each named in errors, all output in one log):
 1. base      `debootstrap --variant=minbase` [DEBOOTSTRAP], then what a DLAMI-like base has
@@ -12,13 +15,17 @@ Building a root, in stages (each named in errors, all output in one log):
 3. payload   the rendered node files laid down as cloud-init's write_files would on
              EC2, plus /etc/gpu-cluster/overrides.env with the lane's documented swaps
              (Enroot/Pyxis mirror URLs, the lane's pins, /fsx as a bind mount).
-4. packages  the SHIPPED `gpu-cluster-boot --only packages` run inside the root with
+4. packages  the AWS bake's own command (`GPU_CLUSTER_BAKE=1 gpu-cluster-boot --only
+             packages`, layout.BAKE_COMMAND: the SHIPPED step 20 in bake mode, which
+             checks every pin and writes the image manifest) run inside the root with
              chroot (proc/sys/dev/tmpfs mounted in a private mount namespace, the
              Enroot/Pyxis mirror bound at MIRROR_MOUNT, a policy-rc.d that refuses
              service starts only for the bake): apt really installs Slurm, munge and
              PMIx from the archive, Enroot's .debs and Pyxis's source come through
              step 20's own download-and-install path.
-5. clean     the bake's traces removed (status, logs, machine-id), a manifest written.
+5. clean     the bake's traces removed (`gpu-cluster-bake clean`, machine-id), the
+             lane's record written beside the manifest: its key, stages, and the
+             tags an AMI of it would carry (nodeside/bake.py image_tags).
 6. rename    the temp dir renamed into the cache atomically: an entry exists only
              when its build finished.
 
@@ -50,9 +57,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from clitools import exits, help, inputs
+from clitools.runner import guarded
+from localcluster import machine
 from localcluster import mirror as mirror_mod
+from localcluster.apt_repo import AptRepo
+from nodeside import bake
 from userdata import layout
-from userdata.layout import ENTRY_POINT
 
 CACHE_ROOT = mirror_mod.CACHE_ROOT
 # The builder's own code as loaded (not as on disk later): a process that imported an
@@ -61,7 +72,9 @@ _SOURCE_SHA256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 HOST_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 HOST_SOURCES_LIST = Path("/etc/apt/sources.list")
 HOST_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")  # debian-archive-keyring
-MANIFEST_PATH = "/var/lib/gpu-cluster-image/manifest.json"
+# The lane's own record of a root (lane, key, build stages, the image tags an AMI of it
+# would carry) beside the bake's manifest (layout.IMAGE_MANIFEST, nodeside/bake.py).
+LANE_RECORD = "/var/lib/gpu-cluster-image/lane.json"
 # Where the root sees the Enroot/Pyxis mirror during the bake (an empty directory after).
 MIRROR_MOUNT = "/mnt/gpu-cluster-mirror"
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -81,6 +94,11 @@ BASE_PACKAGES = (
     "util-linux",
     "kmod",
     "gnupg",
+    # The DLAMI (Ubuntu 24.04) runs both after every apt run and daily: step 20's drop-ins
+    # for them are exercised here, not just installed (tests/daemons: an apt upgrade on a
+    # running lane node).
+    "needrestart",
+    "unattended-upgrades",
 )
 # The host's apt settings that the root's apt needs to reach the same archive the same
 # way (e.g. a frozen snapshot whose Release files are past Valid-Until).
@@ -102,12 +120,17 @@ class Lane:
     suite: str  # Debian codename debootstrap and apt use
     os_name: str
     slurm_series: str  # what step 20 checks (SLURM_SERIES)
+    local_slurm: bool = False  # Slurm from the local apt repository (slurm_build.py), not the archive
 
 
 LANES = {
     "bookworm": Lane("bookworm", "bookworm", "Debian 12", "22.05"),
     "trixie": Lane("trixie", "trixie", "Debian 13", "24.11"),
+    "slurm2311": Lane("slurm2311", "bookworm", "Debian 12", "23.11", local_slurm=True),
 }
+# The local repository's versions win over the archive's packages of the same names
+# (bookworm's 22.05 is older anyway; the pin says it explicitly).
+LOCAL_REPO_PIN = 1001
 
 
 class ImageBuildError(RuntimeError):
@@ -406,7 +429,8 @@ def build_base(lane: Lane) -> Path:
     uri = archive_uri(sources)
     apt_conf = carried_apt_conf()
     key = _base_key(lane, uri, render_sources(sources, None), apt_conf)
-    final = CACHE_ROOT / "bases" / f"{lane.name}-{key}"
+    # Named by suite: lanes of one suite (bookworm, slurm2311) share one base.
+    final = CACHE_ROOT / "bases" / f"{lane.suite}-{key}"
     if final.is_dir():
         return final
     if shutil.which("debootstrap") is None:
@@ -432,6 +456,17 @@ def build_base(lane: Lane) -> Path:
 # --- stages 2-6: the baked root ----------------------------------------------------------
 
 
+def seed_tree(st: _Stages, base: Path, tmp: Path, files: dict[str, bytes], settings: dict[str, str]) -> None:
+    """Stages copy and payload of a root (the baked one here, the plain one in
+    plain_root.py): the base debootstrap tree, the node files, overrides.env."""
+    with st.run("copy"):
+        tmp.chmod(0o755)
+        st.cmd(["cp", "-a", "--reflink=auto", f"{base}/.", str(tmp)])
+    with st.run("payload"):
+        lay_down(tmp, files)
+        lay_down(tmp, {layout.OVERRIDES_ENV: machine.env_text(settings)})
+
+
 def lane_settings(lane: Lane, mirror: mirror_mod.Mirror) -> dict[str, str]:
     """The lane's documented swaps (docs/node-contract.md), as overrides.env holds them."""
     return {
@@ -439,8 +474,10 @@ def lane_settings(lane: Lane, mirror: mirror_mod.Mirror) -> dict[str, str]:
         "PYXIS_URL": mirror.pyxis_base(MIRROR_MOUNT),
         "ENROOT_VERSION": mirror_mod.ENROOT_VERSION,
         "DOWNLOAD_SHA256": mirror.download_sha256(),
+        "AWS_WHEELS": mirror.wheels(MIRROR_MOUNT),
         "SLURM_SERIES": lane.slurm_series,
         "GPU_CLUSTER_FSX": "bind",
+        "CLOUDWATCH_SKIP": mirror_mod.CLOUDWATCH_SKIP,
     }
 
 
@@ -476,7 +513,12 @@ def lay_down(root: Path, files: dict[str, bytes]) -> None:
 
 
 def _root_key(
-    lane: Lane, base: Path, mirror: mirror_mod.Mirror, settings: dict[str, str], files: dict[str, bytes]
+    lane: Lane,
+    base: Path,
+    mirror: mirror_mod.Mirror,
+    settings: dict[str, str],
+    files: dict[str, bytes],
+    local_repo: str = "",
 ) -> str:
     h = hashlib.sha256()
     for part in (
@@ -490,6 +532,7 @@ def _root_key(
         json.dumps(settings, sort_keys=True),
         _SOURCE_SHA256,
         mirror_mod.SOURCE_SHA256,
+        *([local_repo] if local_repo else []),  # the local repository's directory: a hash of its .debs
     ):
         h.update(part.encode() + b"\0")
     for path, content in sorted(files.items()):
@@ -558,9 +601,45 @@ def in_root(st: _Stages, root: Path, debs: Path, mirror: Path | None, argv: list
 ORDINARY_USER, ORDINARY_UID = "ubuntu", 1000
 
 
-def _bake(st: _Stages, lane: Lane, root: Path, mirror: mirror_mod.Mirror) -> None:
-    in_root(st, root, CACHE_ROOT / "debs" / lane.suite, mirror.root, [ENTRY_POINT, "--only", "packages"])
+def _bake(st: _Stages, lane: Lane, root: Path, mirror: mirror_mod.Mirror, repo: AptRepo | None = None) -> None:
+    """The AWS bake's own commands (layout.BAKE_COMMAND, then BAKE_CLEAN), chrooted:
+    step 20 in bake mode installs, checks and writes the manifest. A lane's local apt
+    repository is bound read-only at its mount point meanwhile."""
+    try:
+        with _repo_bound(root, repo):
+            in_root(st, root, CACHE_ROOT / "debs" / lane.suite, mirror.root, list(layout.BAKE_COMMAND))
+    finally:
+        boot_log = root / layout.BOOT_LOG.lstrip("/")
+        if boot_log.exists():
+            st.note("bake boot.log:\n" + boot_log.read_text(errors="replace"))
+    _chroot_out(root, *layout.BAKE_CLEAN)
     _chroot_out(root, "useradd", "--create-home", "--uid", str(ORDINARY_UID), "--shell", "/bin/bash", ORDINARY_USER)
+
+
+@contextlib.contextmanager
+def _repo_bound(root: Path, repo: AptRepo | None) -> Iterator[None]:
+    """The local apt repository read-only at its mount point inside the root, for the bake
+    (the chroot's private mount namespace copies the mount; it is undone after)."""
+    if repo is None:
+        yield
+        return
+    src, dst = repo.bind()
+    point = root / dst.lstrip("/")
+    point.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", "-o", "ro", src, str(point)], check=True, capture_output=True, text=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(point)], check=True, capture_output=True, text=True)
+
+
+def local_repo(lane: Lane) -> AptRepo | None:
+    """The lane's local apt repository (built and cached on first use), if it has one."""
+    if not lane.local_slurm:
+        return None
+    from localcluster import slurm_build
+
+    return slurm_build.apt_repo()
 
 
 def _chroot_out(root: Path, *cmd: str) -> str:
@@ -569,28 +648,26 @@ def _chroot_out(root: Path, *cmd: str) -> str:
     ).stdout
 
 
-def _installed(root: Path) -> dict[str, str]:
-    out = _chroot_out(root, "dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n")
-    # "hi": installed and held (step 20 holds Slurm, munge, PMIx)
-    return {w[1]: w[2] for w in (ln.split() for ln in out.splitlines()) if len(w) == 3 and w[0] in ("ii", "hi")}
+def image_result(root: Path) -> tuple[dict, str, dict[str, str]]:
+    """(manifest, sha256, tags) of a baked root: what `ops bake` reads back from a build
+    instance and tags the AMI with, read here from the root's own files."""
+    manifest, digest = bake.read_manifest(str(root))
+    return manifest, digest, bake.image_tags(manifest, digest)
 
 
-def _clean(st: _Stages, root: Path, manifest: dict) -> None:
-    # The bake's run of the entry point leaves a status marker and a boot log: a node
-    # booted from this image must start as a new instance, with neither.
-    boot_log = root / layout.BOOT_LOG.lstrip("/")
-    if boot_log.exists():
-        st.note("bake boot.log:\n" + boot_log.read_text(errors="replace"))
-    for d in (layout.STATE_DIR, layout.LOG_DIR, "/var/lib/cloud"):
-        shutil.rmtree(root / d.lstrip("/"), ignore_errors=True)
+def _clean(st: _Stages, root: Path, record: dict) -> None:
+    # The bake's clean (BAKE_CLEAN) removed its status marker and boot log: a node booted
+    # from this image starts as a new instance. cloud-init's state goes too (on EC2 the
+    # bake runs `cloud-init clean`).
+    shutil.rmtree(root / "var/lib/cloud", ignore_errors=True)
     # An empty machine-id: each machine booted from the image gets its own. No
     # hostname either (debootstrap copies the build machine's): cloud-init sets it.
     (root / "etc/machine-id").write_text("")
     (root / "etc/hostname").write_text("localhost\n")
     (root / MIRROR_MOUNT.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    dest = root / MANIFEST_PATH.lstrip("/")
+    dest = root / LANE_RECORD.lstrip("/")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    dest.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def root_size_bytes(root: Path) -> int:
@@ -607,29 +684,23 @@ def build_root(lane: str, payload_files: dict[str, bytes] | None = None) -> Path
         raise ImageBuildError("building a root needs root (debootstrap, chroot, mounts)")
     base = build_base(ln)
     mirror = mirror_mod.build_mirror()
+    repo = local_repo(ln)
     files = payload_files if payload_files is not None else default_payload()
+    files = {**files, **(repo.apt_files(LOCAL_REPO_PIN) if repo else {})}
     settings = lane_settings(ln, mirror)
-    key = _root_key(ln, base, mirror, settings, files)
+    key = _root_key(ln, base, mirror, settings, files, repo.root.name if repo else "")
     final = CACHE_ROOT / "roots" / f"{lane}-{key}"
     if final.is_dir():
         return final
     with _cached_build(final, "root", f"root {lane}") as build:
         if build is not None:
             st, tmp = build
-            with st.run("copy"):
-                tmp.chmod(0o755)
-                st.cmd(["cp", "-a", "--reflink=auto", f"{base}/.", str(tmp)])
-            with st.run("payload"):
-                lay_down(tmp, files)
-                lay_down(
-                    tmp,
-                    {layout.OVERRIDES_ENV: "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()).encode()},
-                )
+            seed_tree(st, base, tmp, files, settings)
             with st.run("packages"), _debs_locked(ln):
-                _bake(st, ln, tmp, mirror)
+                _bake(st, ln, tmp, mirror, repo)
             with st.run("clean"):
-                pkgs = _installed(tmp)
-                manifest = {
+                _, digest, tags = image_result(tmp)
+                record = {
                     "lane": lane,
                     "suite": ln.suite,
                     "os": ln.os_name,
@@ -637,24 +708,22 @@ def build_root(lane: str, payload_files: dict[str, bytes] | None = None) -> Path
                     "base": base.name,
                     "mirror": mirror.root.name,
                     "settings": settings,
-                    "versions": {
-                        p: pkgs.get(p)
-                        for p in (
-                            "slurmd",
-                            "slurmctld",
-                            "munge",
-                            "libpmix2",
-                            "enroot",
-                            "enroot+caps",
-                            "cloud-init",
-                            "systemd",
-                        )
-                    },
+                    "image_manifest_sha256": digest,
+                    "image_tags": tags,
+                    # Lane machines get each repository bound read-only at its mount point.
+                    "apt_repos": {repo.mount_point: str(repo.root)} if repo else {},
                     "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "stages": st.times,
                 }
-                _clean(st, tmp, manifest)
+                _clean(st, tmp, record)
     return final
+
+
+def apt_repo_binds(root: Path) -> list[tuple[str, str]]:
+    """(host path, mount point) of the local apt repositories a root was baked with."""
+    path = root / LANE_RECORD.lstrip("/")
+    repos = json.loads(path.read_text()).get("apt_repos", {}) if path.exists() else {}
+    return [(host, point) for point, host in sorted(repos.items())]
 
 
 def prune(keep: int) -> list[Path]:
@@ -673,32 +742,54 @@ def prune(keep: int) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python3 -m localcluster.images",
-        description="Build (or find cached) node root images for the local lanes.",
+    """Exit status (clitools/exits.py): 0 ok, 1 the build failed (the step is named),
+    2 usage, 4 an internal error."""
+    args = parser().parse_args(argv)
+    return guarded(f"python3 -m localcluster.images {args.cmd}", lambda: _run(args))
+
+
+def parser() -> argparse.ArgumentParser:
+    prog = "python3 -m localcluster.images"
+    ap = help.parser(
+        prog,
+        "Build (or find cached) node root images for the local lanes.",
+        "python3 -m localcluster.images build --lane bookworm --size",
     )
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="build the lane's root (cached) and print its path")
-    b.add_argument("--lane", choices=sorted(LANES), required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    b = help.command(
+        sub,
+        "build",
+        "build the lane's root (cached) and print its path",
+        "python3 -m localcluster.images build --lane trixie",
+    )
+    b.add_argument("--lane", choices=sorted(LANES), required=True, help="the lane whose root to build")
     b.add_argument("--size", action="store_true", help="also print the root's size")
-    pr = sub.add_parser("prune", help="delete all but the newest roots/bases of each lane")
-    pr.add_argument("--keep", type=int, default=2)
-    args = ap.parse_args(argv)
+    pr = help.command(
+        sub,
+        "prune",
+        "delete all but the newest roots/bases of each lane",
+        "python3 -m localcluster.images prune --keep 2",
+    )
+    pr.add_argument("--keep", type=inputs.number(int, 1, 100), default=2, help="roots and bases kept per lane")
+    return ap
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.cmd == "prune":
-        for gone in prune(max(1, args.keep)):
+        for gone in prune(args.keep):
             print(f"images: removed {gone}")
-        return 0
+        return exits.OK
     start = time.monotonic()
     try:
         root = build_root(args.lane)
     except (ImageBuildError, mirror_mod.MirrorError) as err:
         print(f"images: {err}", file=sys.stderr)
-        return 1
+        return exits.FAILED
     print(f"images: {args.lane} root ready after {time.monotonic() - start:.1f}s", file=sys.stderr)
     if args.size:
         print(f"images: size {root_size_bytes(root) / 2**20:.0f} MiB", file=sys.stderr)
     print(root)
-    return 0
+    return exits.OK
 
 
 if __name__ == "__main__":

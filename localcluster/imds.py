@@ -21,6 +21,8 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from localcluster import timesync
+
 PORT = 1338
 TOKEN_TTL_MAX = 21600
 
@@ -39,7 +41,38 @@ def metadata_tree(identity: dict) -> dict[str, str]:
     }
     for key, value in identity.get("tags", {}).items():
         tree[f"{base}/tags/instance/{key}"] = value
+    if identity.get("iam_role"):
+        tree.update(role_credentials(base, identity["iam_role"]))
     return tree
+
+
+# What EC2 serves for an instance profile's role: the SDKs' credential chain reads the
+# role name under iam/security-credentials/ and then its temporary keys [IMDS-CREDS].
+# The lane's keys are fixed stand-ins; the AWS stand-in (localcluster/aws_standin.py)
+# only checks that a request is signed.
+LANE_CREDENTIALS = {
+    "Code": "Success",
+    "LastUpdated": "2026-01-01T00:00:00Z",
+    "Type": "AWS-HMAC",
+    "AccessKeyId": "ASIALOCALLANE0000000",
+    "SecretAccessKey": "local-lane-secret-not-a-real-key",
+    "Token": "local-lane-session-token",
+    "Expiration": "2099-01-01T00:00:00Z",
+}
+
+
+def role_credentials(base: str, role: str) -> dict[str, str]:
+    return {
+        f"{base}/iam/info": json.dumps(
+            {
+                "Code": "Success",
+                "LastUpdated": LANE_CREDENTIALS["LastUpdated"],
+                "InstanceProfileArn": f"arn:aws:iam::000000000000:instance-profile/{role}",
+                "InstanceProfileId": "AIPALOCALLANE0000000",
+            }
+        ),
+        f"{base}/iam/security-credentials/{role}": json.dumps(LANE_CREDENTIALS),
+    }
 
 
 def listing(tree: dict[str, str], path: str) -> str | None:
@@ -121,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=PORT)
     p.add_argument("--log")
     p.add_argument("--ready")
+    p.add_argument(
+        "--ntp-port", type=int, default=timesync.PORT, help="the clock reference beside metadata, as on EC2 (0: none)"
+    )
     a = p.parse_args(argv)
     with open(a.identity) as f:
         identity = json.load(f)
+    if a.ntp_port:
+        timesync.serve(a.host, a.ntp_port)
     serve(identity, a.host, a.port, a.log, a.ready)
     return 0
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -214,10 +215,17 @@ def read_env(path: Path) -> dict[str, str]:
     return out
 
 
+def env_text(values: dict[str, str]) -> bytes:
+    """`KEY=value` lines the nodes source (overrides.env): each value one shell word, so a
+    value with a space or a quote (CLOUDWATCH_SKIP's reason) arrives whole."""
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items()).encode()
+
+
 def merged_overrides(root: Path, swaps: dict[str, str]) -> bytes:
     """The image's overrides.env (its lane's pins, baked in) with this host's swaps on top."""
+    # The baked lines as written (quoted already), the swaps quoted as env_text does.
     env = read_env(root / OVERRIDES)
-    env.update(swaps)
+    env.update({k: shlex.quote(v) for k, v in swaps.items()})
     return "".join(f"{k}={v}\n" for k, v in env.items()).encode()
 
 

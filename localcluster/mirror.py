@@ -23,12 +23,14 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from model import pins
+from model.archive import extract_all
 
 VENDOR_ENV = "GPU_CLUSTER_VENDOR_DIR"
 CACHE_ROOT = Path(os.environ.get("GPU_CLUSTER_CACHE", "/var/cache/gpu-cluster"))
@@ -41,6 +43,10 @@ SOURCE_SHA256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 # checked against their pinned sha256 before anything is built from them; the packages
 # built here get the digests of the files built (the lane's DOWNLOAD_SHA256), so step 20
 # checks every file it downloads from the mirror as it does on a node.
+# What the mirror does not serve: the CloudWatch agent (Amazon's bucket) and CloudWatch
+# itself. Every lane node gets this reason as CLOUDWATCH_SKIP (docs/node-contract.md):
+# step 20 installs no agent, step 25 starts none, the controller publishes no metrics.
+CLOUDWATCH_SKIP = "the local lanes have no route to Amazon's CloudWatch agent downloads or to CloudWatch"
 ENROOT_VERSION = pins.MIRROR_ENROOT_VERSION
 PYXIS_VERSION = pins.MIRROR_PYXIS_VERSION
 DEB_REVISION = "1"
@@ -106,6 +112,10 @@ class Mirror:
     def pyxis_base(self, served_at: str) -> str:
         return f"file://{served_at}/pyxis"
 
+    def wheels(self, served_at: str) -> str:
+        """AWS_WHEELS: the directory of the controller agents' boto3 wheels."""
+        return f"{served_at}/pypi"
+
 
 def vendor_dir() -> Path:
     """The vendored upstream tarballs, from GPU_CLUSTER_VENDOR_DIR (no default here)."""
@@ -114,12 +124,14 @@ def vendor_dir() -> Path:
         raise MirrorError(
             f"{VENDOR_ENV}: not set; point it at the directory holding "
             f"enroot-{ENROOT_VERSION}.tar.gz and pyxis-{PYXIS_VERSION}.tar.gz "
-            "(the Makefile sets it for `make` targets)"
+            "(the Makefile sets it for `make` targets); `make vendor` downloads and checks them into ./vendor"
         )
     path = Path(value)
     missing = [n for n in vendor_files() if not (path / n).is_file()]
     if missing:
-        raise MirrorError(f"{VENDOR_ENV}={value}: missing {', '.join(missing)}")
+        raise MirrorError(
+            f"{VENDOR_ENV}={value}: missing {', '.join(missing)}; `make vendor` downloads and checks them into ./vendor"
+        )
     return path
 
 
@@ -166,7 +178,7 @@ def _run(cmd: list[str], log, cwd: Path | None = None) -> None:
 
 def _extract(tarball: Path, dest: Path) -> Path:
     with tarfile.open(tarball) as tar:
-        tar.extractall(dest, filter="data")
+        extract_all(tar, dest)
     (top,) = [p for p in dest.iterdir() if p.is_dir()]
     return top
 
@@ -280,10 +292,29 @@ def build_enroot_debs(tarball: Path, out_dir: Path, arch: str, log) -> tuple[Pat
     return main_deb, caps_deb
 
 
+# The controller agents' boto3 (step 20 aws_python): the very wheels its hashed
+# requirements name, downloaded from the package index once per mirror (pip checks each
+# against its hash) and served to the lanes as a local directory (AWS_WHEELS).
+AWS_REQUIREMENTS = Path(__file__).resolve().parent.parent / "nodeside" / "conf" / "aws-requirements.txt"
+
+
+def download_wheels(requirements: Path, dest: Path, log) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
+    cmd += ["--only-binary=:all:", "--require-hashes", "-r", str(requirements), "-d", str(dest)]
+    try:
+        _run(cmd, log)
+    except MirrorError as err:
+        raise MirrorError(
+            f"downloading the wheels of {requirements.name} failed (needs the package index): {err}"
+        ) from None
+
+
 def mirror_key(vendor: Path, arch: str) -> str:
     h = hashlib.sha256()
     h.update(SOURCE_SHA256.encode())
     h.update(arch.encode())
+    h.update(AWS_REQUIREMENTS.read_bytes())
     for name in vendor_files():
         h.update(name.encode() + sha256_file(vendor / name).encode())
     return h.hexdigest()[:16]
@@ -305,6 +336,7 @@ def build_mirror(vendor: Path | None = None, cache: Path | None = None) -> Mirro
     try:
         with open(log_path, "wb") as log:
             build_enroot_debs(enroot_tgz, tmp / "enroot" / f"v{ENROOT_VERSION}", arch, log)
+            download_wheels(AWS_REQUIREMENTS, tmp / "pypi", log)
         (tmp / "pyxis").mkdir()
         # GitHub's tag archive URL: <base>/v<ver>.tar.gz, top directory pyxis-<ver>/.
         shutil.copy2(pyxis_tgz, tmp / "pyxis" / f"v{PYXIS_VERSION}.tar.gz")

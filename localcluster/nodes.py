@@ -42,6 +42,9 @@ BASE = Path(os.environ.get("GPU_CLUSTER_LOCAL_DIR", "/var/tmp/gpu-cluster-local"
 NETNS_DIR = Path("/var/run/netns")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 IMDS_PORT = 1338
+# The AWS stand-in (localcluster/aws_standin.py) in a controller machine's namespace: the
+# controller's agents reach it through AWS_ENDPOINT_URL_EC2 (cluster.py MACHINE_OVERRIDES).
+AWS_PORT = 1339
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Top-level trees a node may write to; each gets an overlay over the host's copy.
 OVERLAYS = ("etc", "usr", "opt", "var/lib", "var/log", "var/spool", "var/cache", "root")
@@ -126,14 +129,18 @@ class Node:
         return machine.leader(ino, self.cgroups)
 
 
+# Short (interface names are 15 characters) and without '-', so that one cluster's
+# "gcl-<name>-" prefix never matches another's namespaces.
+CLUSTER_NAME = re.compile(r"[a-z][a-z0-9]{1,7}")
+CLUSTER_NAME_RULE = "use 2-8 lowercase letters/digits, starting with a letter"
+
+
 class Cluster:
     """A local cluster's network, nodes and state, kept in BASE/<name>/state.json."""
 
     def __init__(self, name: str = "local", subnet: int = 0, base: Path = BASE):
-        # Short (interface names are 15 characters) and without '-', so that one
-        # cluster's "gcl-<name>-" prefix never matches another's namespaces.
-        if not re.fullmatch(r"[a-z][a-z0-9]{1,7}", name):
-            raise ValueError(f"local cluster name '{name}': use 2-8 lowercase letters/digits, starting with a letter")
+        if not CLUSTER_NAME.fullmatch(name):
+            raise ValueError(f"local cluster name '{name}': {CLUSTER_NAME_RULE}")
         self.name = name
         self.subnet = subnet
         self.root = Path(base) / name
@@ -261,26 +268,38 @@ class Cluster:
         fsx: bool = True,
         tags: dict[str, str],
         az: str,
-        ro_binds: list[str],
+        ro_binds: list[str | tuple[str, str]],
     ) -> Node:
-        """A whole machine (machine.py) in a fresh network namespace, booting; IMDS running."""
+        """A whole machine (machine.py) in a fresh network namespace, booting; IMDS running.
+
+        `ro_binds`: host paths bound read-only at the same path, or (host path, path inside)
+        pairs (a local apt repository at its mount point, localcluster/apt_repo.py)."""
         node = self._register_node(role, fsx=fsx, lane=lane)
         node.block = tags.get(node_tags.BLOCK, node_tags.ON_DEMAND)
         node.path.mkdir(parents=True, exist_ok=True)
         self._make_netns(node)
         imds_ready = self._start_imds(node, tags, az)
+        # Imported here: this module also runs inside a namespace as `python -S -m
+        # localcluster.nodes write-files`, without site-packages (botocore, which the
+        # stand-in's model checks need).
+        from localcluster import topology_standin
+
+        # EC2's view of this instance's network nodes, served to the controller's refresh
+        topology_standin.place(self.aws_state, node.instance_id, topology_standin.lane_network_nodes(node.serial))
+        aws_ready = self._start_aws(node) if role == "controller" else (lambda: None)
         root = machine.mount_root(node.path, base)
         machine.seed_root(root, user_data=user_data, instance_id=node.instance_id, hostname=node.hostname, swaps=swaps)
         for path, (content, mode, owner) in files.items():  # test faults only (e.g. a wrong key)
             machine.put(root, path, content, mode, owner)
         node.cgroups = machine.make_cgroups(f"gcl-{self.name}-{node.hostname}")
-        binds = [(p, p, True) for p in ro_binds]
+        binds = [(p, p, True) if isinstance(p, str) else (p[0], p[1], True) for p in ro_binds]
         if fsx:
             binds.append((str(self.fsx_dir), layout.FSX_MOUNTPOINT, False))
         (node.path / "nspawn.json").write_text(
             json.dumps(machine.nspawn_argv(root, node.hostname, NETNS_DIR / node.netns, binds))
         )
         imds_ready()
+        aws_ready()
         self.power_on(node)
         return node
 
@@ -417,6 +436,38 @@ class Cluster:
                 )
             time.sleep(0.02)
 
+    @property
+    def aws_state(self) -> Path:
+        """The AWS stand-in's state (its request log, the lane's topology table)."""
+        return self.root / "aws"
+
+    def _start_aws(self, node: Node):
+        """The AWS stand-in in the node's namespace on 127.0.0.1:AWS_PORT (EC2's
+        DescribeInstanceTopology from the lane's table); returns its readiness wait."""
+        ready = node.path / "aws.ready"
+        proc = subprocess.Popen(
+            ["nsenter", f"--net={NETNS_DIR / node.netns}", sys.executable, "-m", "localcluster.aws_standin",
+             "--state", str(self.aws_state), "--handlers", "localcluster.topology_standin:handlers",
+             "--port", str(AWS_PORT), "--ready", str(ready)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(node.path / "aws.err", "w"),
+            start_new_session=True,
+        )  # fmt: skip
+
+        def wait_ready() -> None:
+            deadline = time.monotonic() + 30
+            while not ready.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{node.hostname}: AWS stand-in did not start: {(node.path / 'aws.err').read_text()[-800:]}"
+                    )
+                time.sleep(0.02)
+
+        return wait_ready
+
     def _start_imds(self, node: Node, tags: dict[str, str], az: str):
         identity = {
             "instance_id": node.instance_id,
@@ -424,6 +475,8 @@ class Cluster:
             "local_hostname": f"{node.hostname}.us-east-2.compute.internal",
             "availability_zone": az,
             "tags": tags,
+            # The instance profile's role, as EC2 serves it (the controller has its own).
+            "iam_role": f"gpu-cluster-local-{tags.get(node_tags.ROLE, 'worker')}",
         }
         (node.path / "imds.json").write_text(json.dumps(identity, indent=1))
         ready = node.path / "imds.ready"

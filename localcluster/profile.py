@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from localcluster import timesync
 from model.catalog import InstanceSpec
 from model.config import ClusterConfig, parse_config
 from userdata import layout
@@ -80,12 +81,30 @@ TEST_IMAGE = "images/test.sqsh"
 PLACEMENTS = ("block", "dedicated")  # controller.placement (model/controller.py)
 
 
-def local_config(name: str = "local", nodes: int = 2, *, placement: str = "block") -> ClusterConfig:
+# The lanes' health program: every node runs it as on EC2, at the shortest interval the
+# config allows (a fault drains its node within one interval), and measures its clock by
+# SNTP against the metadata stand-in's reference (localcluster/timesync.py): a container's
+# own timedatectl reports the host's clock as unsynchronised.
+LANE_HEALTH = {"enabled": True, "interval_seconds": 30, "clock_reference": f"127.0.0.1:{timesync.PORT}"}
+# The repair agent needs an Auto Scaling group to replace through: only a lane that runs
+# the Auto Scaling stand-in (LocalCluster(autoscaling=True)) asks for another policy.
+LANE_REPAIR = {"policy": "none"}
+
+
+def local_config(
+    name: str = "local",
+    nodes: int = 2,
+    *,
+    placement: str = "block",
+    team: dict | None = None,
+    settings: dict | None = None,
+) -> ClusterConfig:
     """A small on-demand stack with p5.48xlarge config values (the spec is swapped).
 
     `nodes` is capacity.nodes (at least 2), as in a stack file: with placement `block`
     the controller is one of them; with `dedicated` they are all workers and the
-    controller is its own CPU instance besides them.
+    controller is its own CPU instance besides them. `settings`: more stack config, by
+    section (a section's keys are added to the lane's own, e.g. {"repair": {...}}).
     """
     if placement not in PLACEMENTS:
         raise ValueError(f"controller placement '{placement}': use one of {', '.join(PLACEMENTS)}")
@@ -100,13 +119,14 @@ def local_config(name: str = "local", nodes: int = 2, *, placement: str = "block
             "time_limit_minutes": 15,
             "container_image": f"{layout.FSX_MOUNTPOINT}/{TEST_IMAGE}",
         },
-        # Off on the lane until its fault-injection run sets what the checks expect
-        # (overrides.env): a container's clock is the host's, which timedatectl inside
-        # reports as unsynchronised, so every lane node would drain for "clock".
-        "health": {"enabled": False},
+        "health": dict(LANE_HEALTH),
+        "repair": dict(LANE_REPAIR),
     }
+    for section, values in (settings or {}).items():
+        raw[section] = {**raw.get(section, {}), **values}
     if placement == "dedicated":  # only then, so the default stack renders the same bytes as before
         raw["controller"] = {"placement": "dedicated"}
+    raw.update(team or {})
     return parse_config(raw)
 
 
@@ -191,7 +211,15 @@ def cgroup_plugin() -> str:
 
 
 def render(
-    name: str, nodes: int, payload_dir: str, spec: InstanceSpec | None = None, *, placement: str = "block"
+    name: str,
+    nodes: int,
+    payload_dir: str,
+    spec: InstanceSpec | None = None,
+    *,
+    placement: str = "block",
+    team: dict | None = None,
+    db_host: str | None = None,
+    settings: dict | None = None,
 ) -> UserData:
     """Render the stack's user data with the real renderer, then parse it back.
 
@@ -199,15 +227,19 @@ def render(
     EC2 nodes fetch it from S3, local nodes from `file://<payload_dir>/<sha256>.tar.gz`
     (the renderer's documented local form), through the same fetch script.
     """
+    from userdata.accounting_files import AccountingEndpoint
     from userdata.render import FsxEndpoint, render_userdata
 
-    cfg = local_config(name, nodes, placement=placement)
+    cfg = local_config(name, nodes, placement=placement, team=team, settings=settings)
+    # The lane's database (localcluster/team.py): the secret comes from the file swap.
+    endpoint = AccountingEndpoint(db_host, 3306, "local-secret-file", "us-east-2") if db_host else None
     out = render_userdata(
         cfg,
         spec or test_instance_spec(),
         FsxEndpoint(dns_name=FSX_DNS, mount_name=FSX_MOUNT),
         payload_uri=f"file://{payload_dir}/{{sha256}}.tar.gz",
         cgroup_plugin=cgroup_plugin(),
+        accounting=endpoint,
     )
     files, runcmd, scripts = parse_user_data(out.user_data)
     return UserData(out.user_data, files, runcmd, scripts, dict(out.files), out.s3_payload)

@@ -5,8 +5,9 @@ LANE ?= bookworm
 
 .PHONY: image images
 image:
-	$(PYTHON) -m localcluster.images build --lane $(LANE) --size
+	$(VENV_PATH) $(VENV_PYTHON) -m localcluster.images build --lane $(LANE) --size
 
 images:
-	$(PYTHON) -m localcluster.images build --lane bookworm --size
-	$(PYTHON) -m localcluster.images build --lane trixie --size
+	$(VENV_PATH) $(VENV_PYTHON) -m localcluster.images build --lane bookworm --size
+	$(VENV_PATH) $(VENV_PYTHON) -m localcluster.images build --lane trixie --size
+	$(VENV_PATH) $(VENV_PYTHON) -m localcluster.images build --lane slurm2311 --size

@@ -80,6 +80,11 @@ def region_problem(region: str) -> str | None:
     )
 
 
+def partition_of(region: str) -> str | None:
+    """The ARN partition of a known region code (aws, aws-cn, aws-us-gov), else None."""
+    return next((part for part, regions in KNOWN_REGIONS.items() if region in regions), None)
+
+
 def az_region(az: str) -> str | None:
     """The region an AZ name belongs to, or None when it is not `<region><letter>`."""
     m = AZ_NAME.match(az)
@@ -249,6 +254,9 @@ def container_image_problem(ref: str) -> str | None:
     if ref == "":
         return None  # '' skips the in-container step
     if ref.startswith("/"):
+        dots = dot_segment_problem(ref)
+        if dots:
+            return dots
         if _SQSH.match(ref):
             return None
         return (
@@ -299,3 +307,94 @@ POLICY_ARN = re.compile(r"^arn:(aws|aws-cn|aws-us-gov):iam::(aws|\d{12}):policy/
 # service:Action, with * and ? wildcards in the action part [IAM-JSON].
 IAM_ACTION = re.compile(r"^[a-z0-9][a-z0-9-]*:[A-Za-z0-9*?]+$")
 IAM_SID = re.compile(r"^[A-Za-z0-9]*$")  # IAM policies: ASCII letters and digits only [IAM-JSON]
+
+
+# arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE [IAM-ARN]; region and account may be empty
+# (S3, IAM) or wildcards in a policy's Resource [IAM-JSON].
+ARN = re.compile(r"^arn:(?P<partition>[^:]*):(?P<service>[^:]*):(?P<region>[^:]*):(?P<account>[^:]*):(?P<resource>.+)$")
+_ARN_SERVICE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_ARN_ACCOUNT = re.compile(r"^(?:\d{12}|aws|[0-9?]{0,11}\*[0-9*?]{0,11}|[0-9*]{0,11}\?[0-9*?]{0,11})?$")
+_ARN_SHAPE = "arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE, e.g. 'arn:aws:s3:::my-bucket/*'"
+
+
+def arn_problem(arn: str) -> str | None:
+    """Why IAM would refuse (or never match) `arn`, or None."""
+    m = ARN.match(arn)
+    if m is None:
+        return f"'{arn}' is not an ARN; write {_ARN_SHAPE}"
+    if m["partition"] not in KNOWN_REGIONS:
+        return f"'{arn}' names partition '{m['partition']}'; the partitions are aws, aws-cn and aws-us-gov"
+    if not _ARN_SERVICE.match(m["service"]):
+        return f"'{arn}' has no service name (e.g. s3, ec2) after the partition; write {_ARN_SHAPE}"
+    region = m["region"]
+    if region and not any(c in region for c in "*?") and region not in REGIONS:
+        return f"'{arn}' names region '{region}', which is not an AWS region code; use a code such as us-east-2"
+    if not _ARN_ACCOUNT.match(m["account"]):
+        return f"'{arn}' names account '{m['account']}'; an account is 12 digits (or empty, as S3 ARNs have)"
+    return None
+
+
+def arn_partition_problem(arn: str, region: str) -> str | None:
+    """An ARN of another partition than the stack's region: IAM refuses to attach such a
+    policy, and a statement naming it never matches anything [IAM-ARN]."""
+    m = ARN.match(arn)
+    want = partition_of(region)
+    if m is None or want is None or m["partition"] == want or m["partition"] not in KNOWN_REGIONS:
+        return None
+    return f"'{arn}' is in partition {m['partition']}, but aws:region {region} is in {want}; write arn:{want}:..."
+
+
+# Condition operators IAM has, with their ForAllValues:/ForAnyValue: and ...IfExists forms
+# (Null takes no IfExists) [IAM-COND].
+IAM_CONDITION_OPERATORS = frozenset(
+    (
+        *(f"String{x}" for x in ("Equals", "NotEquals", "EqualsIgnoreCase", "NotEqualsIgnoreCase", "Like", "NotLike")),
+        *(
+            f"Numeric{x}"
+            for x in ("Equals", "NotEquals", "LessThan", "LessThanEquals", "GreaterThan", "GreaterThanEquals")
+        ),
+        *(
+            f"Date{x}"
+            for x in ("Equals", "NotEquals", "LessThan", "LessThanEquals", "GreaterThan", "GreaterThanEquals")
+        ),
+        "Bool",
+        "BinaryEquals",
+        "IpAddress",
+        "NotIpAddress",
+        *(f"Arn{x}" for x in ("Equals", "Like", "NotEquals", "NotLike")),
+    )
+)
+
+
+def condition_operator_problem(op: str) -> str | None:
+    base = op.removeprefix("ForAllValues:").removeprefix("ForAnyValue:")
+    if base == "Null" or base.removesuffix("IfExists") in IAM_CONDITION_OPERATORS:
+        return None
+    return (
+        f"'{op}' is not an IAM condition operator; use one such as StringEquals, StringLike, ArnLike, "
+        "NumericLessThan, DateGreaterThan, Bool, IpAddress or Null (optionally ForAnyValue:/ForAllValues: "
+        "and ...IfExists)"
+    )
+
+
+def dot_segment_problem(path: str) -> str | None:
+    """A '.' or '..' component: the path would not be the one a prefix check saw."""
+    bad = next((c for c in path.split("/") if c in (".", "..")), None)
+    if bad is None:
+        return None
+    return f"'{path}' has a '{bad}' component, so it is not the path it seems once resolved; write it without '{bad}'"
+
+
+def ecr_host_problem(host: str) -> str | None:
+    """An ECR host's region must exist, and its DNS suffix match the region's partition
+    (amazonaws.com.cn only in China) [ECR-AUTH]."""
+    m = ECR_HOST.match(host)
+    if m is None:
+        return None
+    region, china = m.group(2), m.group(3) is not None
+    if region not in REGIONS:
+        return f"'{host}' names region '{region}', which is not an AWS region code; use the registry's region, e.g. 123456789012.dkr.ecr.us-east-2.amazonaws.com"
+    if china != (partition_of(region) == "aws-cn"):
+        want = "amazonaws.com.cn" if not china else "amazonaws.com"
+        return f"'{host}': ECR hosts in {region} end in {want}; write {m.group(1)}.dkr.ecr.{region}.{want}"
+    return None

@@ -28,6 +28,11 @@ MIN_BLOCK_END_MARGIN_MINUTES = EC2_BLOCK_END_LEAD_MINUTES + 1
 DEFAULT_BLOCK_END_MARGIN_MINUTES = 40
 
 
+# The years a block date may name: Capacity Blocks exist since 2023 and are sold weeks
+# ahead; a date outside is a typo.
+BLOCK_YEARS = (2020, 2200)
+
+
 def iso_utc(value: datetime) -> str:
     """The one spelling of a time in tags, schedules and messages: 2026-12-08T11:30:00Z."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -73,6 +78,13 @@ class CapacityBlock(Strict):
         if v is not None and (v.tzinfo is None or v.utcoffset() is None):
             raise ValueError(
                 f"'{v.isoformat()}' has no time zone; write it in UTC with a Z, e.g. '2026-12-08T11:30:00Z'"
+            )
+        if v is not None and not BLOCK_YEARS[0] <= v.year <= BLOCK_YEARS[1]:
+            # checked before any offset is applied: at the calendar's edge (9999-12-31)
+            # the conversion to UTC or the schedule's margins would overflow
+            raise ValueError(
+                f"'{v.isoformat()}' is outside the years {BLOCK_YEARS[0]}-{BLOCK_YEARS[1]}; copy the date EC2 shows "
+                "for the block, e.g. '2026-12-08T11:30:00Z'"
             )
         return v.astimezone(UTC) if v is not None else v
 

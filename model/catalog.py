@@ -16,7 +16,7 @@ Sources (titles and URLs in docs/sources.md):
               (EFA interface layout per card, per-card bandwidth)
   [AWSOME-PC] aws-samples/awsome-distributed-training 2.aws-parallelcluster tips
               (p4d/p4de Slurm node lines: 2 sockets x 24 cores x 2 threads)
-  [NV-A100] [NV-H100] [NV-H200] [NV-B200]
+  [NV-A100] [NV-H100] [NV-H200] [NV-B200] [NV-L40S]
               NVIDIA's data sheets: each GPU's host link (A100 SXM4 PCIe Gen4,
               H100/H200 SXM5 PCIe Gen5, x16); nvidia-smi's pcie.link.gen.max is the
               lower of the GPU's and the system's generation, so the catalog value is
@@ -140,9 +140,41 @@ def _p5_family(
     )
 
 
+# The smoke-test type: EFA-capable and on demand at tens of dollars an hour, so the real
+# path (pulumi up -> GO -> destroy) can be tried for an hour without buying a block. Its
+# L40S GPUs have no NVLink (intra-node traffic crosses PCIe), so its gate floors test the
+# EFA fabric, not a training-class node.
+G6E_48XLARGE = InstanceSpec(
+    name="g6e.48xlarge",
+    gpu_model="L40S",
+    gpus=8,
+    gpu_memory_mib=45776,
+    vcpus=192,
+    sockets=2,
+    cores_per_socket=48,
+    threads_per_core=2,
+    memory_mib=1572864,
+    network_cards=4,
+    efa_count=4,
+    efa_on_card0=True,
+    local_nvme_gb=7600,
+    efa_gbps=400,
+    pcie_gen=4,
+    pcie_width=16,
+    sources={
+        "gpus,gpu_memory,vcpus,memory,nvme,efa,bandwidth": "K-IT",
+        "cards,layout": "EFA-ACC",
+        "pcie": "NV-L40S",
+    },
+    # Published: 192 vCPUs on AMD; the split into sockets and cores is not, and card 0's
+    # efa-only interface follows EFA-ACC's general pattern (step 50 compares slurmd -C).
+    unconfirmed=("sockets", "cores_per_socket", "efa_on_card0"),
+)
+
 CATALOG: dict[str, InstanceSpec] = {
     spec.name: spec
     for spec in (
+        G6E_48XLARGE,
         _p4_family("p4d.24xlarge", 40960),
         _p4_family("p4de.24xlarge", 81920),
         _p5_family(

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from model import aws_rules, stand_ins
+from model.accounting import AccountingConfig, accounting_problems
 from model.base import Strict
 from model.capacity import CapacityConfig, NodeGroup, block_date_problems, capacity_problems, node_groups
 from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES, InstanceSpec
@@ -29,12 +30,16 @@ from model.fsx import FsxConfig, fsx_backup_problems, fsx_problems
 from model.health import HealthConfig
 from model.hooks import HooksConfig
 from model.image import ImageConfig, image_pin_problems
+from model.login import LoginConfig
+from model.logs import LogsConfig, logs_problems
 from model.network import NetworkConfig, configured_zones, network_problems, zone_problems
-from model.node_iam import NodeIamConfig, inline_policy_problems, node_iam_problems
+from model.node_iam import NodeIamConfig, inline_policy_problems, node_iam_problems, partition_problems
 from model.paths import REGION_PATH, ROOT, loc_to_path, section_of
+from model.repair import RepairConfig
 from model.root_volume import RootVolumeConfig, root_volume_problems
 from model.shape_errors import shape_problems
-from model.slurm import SlurmConfig
+from model.slurm import SlurmConfig, slurm_problems
+from model.users import UserConfig, users_problems
 from model.validation import ValidationConfig
 
 # Cluster names end up in the payload bucket's name prefix (S3: lowercase, at most 37
@@ -63,10 +68,25 @@ class ClusterConfig(Strict):
     health: HealthConfig = Field(
         HealthConfig(), description="Node health program Slurm runs on every node (docs/health.md)."
     )
+    repair: RepairConfig = Field(
+        RepairConfig(),
+        description="What the controller's repair agent does with nodes drained for hardware (docs/health.md).",
+    )
     node_iam: NodeIamConfig = Field(NodeIamConfig(), description="Extra permissions for the node role.")
     hooks: HooksConfig = Field(HooksConfig(), description="Site-specific scripts the nodes run at boot.")
     containers: ContainersConfig = Field(
         ContainersConfig(), description="Private container registries: ECR access and registry logins."
+    )
+    accounting: AccountingConfig = Field(
+        AccountingConfig(), description="Slurm accounting on an RDS for MariaDB database (docs/team.md)."
+    )
+    users: tuple[UserConfig, ...] = Field(
+        (),
+        description="People sharing the cluster: POSIX accounts on every node and Slurm associations (docs/team.md).",
+    )
+    login: LoginConfig = Field(LoginConfig(), description="Login nodes people submit from (docs/team.md).")
+    logs: LogsConfig = Field(
+        LogsConfig(), description="Node logs and cluster metrics in CloudWatch, and a dashboard (docs/logs.md)."
     )
     tags: dict[Annotated[str, Field(min_length=1)], str] = Field(
         default_factory=dict, description="Tags on every resource."
@@ -157,6 +177,10 @@ def semantic_problems(cfg: ClusterConfig) -> list[tuple[str, str]]:
     problems += root_volume_problems(cfg.root_volume)
     problems += tag_problems(cfg.tags)
     problems += node_iam_problems(cfg.node_iam)
+    problems += accounting_problems(cfg.accounting, net.subnet_id)
+    problems += users_problems(cfg.users, cfg.accounting.enabled)
+    problems += slurm_problems(cfg.slurm, [b.name for b in cap.capacity_blocks])
+    problems += logs_problems(cfg.logs, aws_rules.az_region(net.availability_zone))
     # The registries' policy is only sized for a well-formed containers section.
     if not any(section_of(path) == "containers" for path, _ in problems):
         problems += inline_policy_problems(cfg.node_iam, cfg.containers, net.availability_zone, cfg.name)
@@ -199,7 +223,7 @@ def region_problems(cfg: ClusterConfig, region: str) -> list[tuple[str, str]]:
     problem = aws_rules.region_problem(region)
     if problem:
         return [(REGION_PATH, problem)]
-    out = []
+    out = partition_problems(cfg.node_iam, cfg.containers, region)
     for parts, az in configured_zones(cfg.network, cfg.capacity):
         az_region = aws_rules.az_region(az)
         if az_region is None or az_region == region or az_region not in aws_rules.REGIONS:
@@ -226,7 +250,9 @@ def parse_config(
     the project directory when Pulumi runs the program.
     """
     if not isinstance(raw, dict):
-        raise ConfigError([(ROOT, "missing or not an object; set it in Pulumi.<stack>.yaml (see README.md)")])
+        raise ConfigError(
+            [(ROOT, "missing or not an object; set it in Pulumi.<stack>.yaml (see docs/config-reference.md)")]
+        )
     from_stack = stack is not None and raw.get("name") is None
     if from_stack:
         raw = {**raw, "name": stack}

@@ -1,13 +1,16 @@
-"""Config reference table, generated from the models so README.md cannot drift.
+"""Config reference table, generated from the models so the docs cannot drift.
 
-`python -m model.config_doc` prints the markdown table that README.md carries between
-the `config-reference` markers; tests/repo/test_config_doc.py fails when they differ.
+`python -m model.config_doc` prints the markdown table that docs/config-reference.md
+carries between the `config-reference` markers; `--write` puts it there (the prose
+around it is written by hand). tests/repo/test_config_doc.py fails when they differ.
 """
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -62,5 +65,25 @@ def reference_table() -> str:
     return "\n".join(head + _rows(ClusterConfig, ROOT)) + "\n"
 
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "config-reference.md"
+BEGIN, END = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"
+
+
+def with_table(text: str) -> str:
+    """`text` with the generated table between its markers."""
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}{reference_table()}{END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--write"]:
+        DOC.write_text(with_table(DOC.read_text()))
+        print(f"wrote {DOC}")
+    else:
+        print(reference_table(), end="")
+    return 0
+
+
 if __name__ == "__main__":
-    print(reference_table(), end="")
+    sys.exit(main(sys.argv[1:]))

@@ -55,6 +55,15 @@ def config_warnings(cfg: ClusterConfig) -> list[tuple[str, str]]:
                 "group, file system and instances (it stays on the others); remove it",
             )
         )
+    if cfg.repair.replaces and not cfg.validation.enabled:
+        out.append(
+            (
+                p("repair", "policy"),
+                f"'{cfg.repair.policy}' replaces nodes drained for hardware, and validation.enabled is false, so "
+                "a replacement takes jobs without passing the join gate; enable validation, or set "
+                "repair.policy to isolate or none",
+            )
+        )
     out += _protection_warnings(cfg)
     out += controller_warnings(cfg)
     out += node_iam_warnings(cfg)

@@ -58,6 +58,11 @@ class ContainersConfig(Strict):
         return bool(self.ecr) or bool(self.registry_credentials)
 
 
+# A `secret` takes a reference (a parameter or secret name); a value pasted there may be
+# the credential itself, so a refusal describes it without repeating it.
+SECRET_NOT_SHOWN = "the value is not shown: it may be the credential itself"
+
+
 def _path(*parts: str | int) -> str:
     return loc_to_path(("containers", *parts))
 
@@ -78,6 +83,8 @@ def _ecr_problems(ecr: tuple[str, ...]) -> list[tuple[str, str]]:
             )
         elif list(ecr).index(entry) != i:
             problems.append((_path("ecr", i), f"'{entry}' is listed twice; list each registry once"))
+        elif problem := aws_rules.ecr_host_problem(entry):
+            problems.append((_path("ecr", i), problem))
     return problems
 
 
@@ -95,11 +102,9 @@ def _ssm_secret_problem(r: RegistryCredential) -> str | None:
     if r.kind != "ssm":
         return None
     if aws_rules.SSM_RESERVED_PREFIX.match(r.secret):
-        return (
-            f"'{r.secret}' starts with 'aws' or 'ssm', which SSM reserves; use your own path, e.g. '/gpu-cluster/ngc'"
-        )
+        return "the parameter name starts with 'aws' or 'ssm', which SSM reserves; use your own path, e.g. '/gpu-cluster/ngc'"
     if not aws_rules.is_ssm_parameter_name(r.secret):
-        return f"'{r.secret}' is not an SSM parameter name; use letters, digits, '.', '-', '_' and '/' for the path, e.g. '/gpu-cluster/ngc' (the name, not its ARN)"
+        return f"not an SSM parameter name ({SECRET_NOT_SHOWN}); give the parameter's name, letters, digits, '.', '-', '_' and '/', e.g. '/gpu-cluster/ngc' (the name, not its ARN or its value)"
     return None
 
 
@@ -119,7 +124,7 @@ def _stack_problems(c: ContainersConfig, r: RegistryCredential) -> list[tuple[st
         problems.append(
             (
                 "secret",
-                f"'{r.secret}' is not a stack secret name; use 1-40 lowercase letters, digits or '_', starting with a letter (the config key is gpu-cluster:{STACK_SECRET_PREFIX}<secret>)",
+                f"not a stack secret name ({SECRET_NOT_SHOWN}); use 1-40 lowercase letters, digits or '_', starting with a letter, e.g. 'ngc' (the config key is gpu-cluster:{STACK_SECRET_PREFIX}<secret>; the password itself goes there, with --secret)",
             )
         )
     if r.login is None:
@@ -148,7 +153,7 @@ def _credential_problems(c: ContainersConfig, i: int, hosts: list[str]) -> list[
         found.append(
             (
                 "secret",
-                f"'{r.secret}' is neither a Secrets Manager secret name (letters, digits and /_+=.@-) nor a secret ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>)",
+                f"neither a Secrets Manager secret name nor a secret ARN ({SECRET_NOT_SHOWN}); give the secret's name (letters, digits and /_+=.@-, e.g. 'ngc-login') or its ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>), not its value",
             )
         )
     return [(_path("registry_credentials", i, key), message) for key, message in found if message]

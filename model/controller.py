@@ -45,20 +45,22 @@ _TYPE = re.compile(r"^(?P<family>[a-z]+)(?P<gen>[0-9]+)(?P<attrs>[a-z]*)(?:-flex
 _ACCELERATED = ("p", "g", "trn", "inf", "dl", "f", "vt")
 
 
-def instance_type_problem(value: str) -> str | None:
-    """Why `value` cannot be a dedicated controller's type, with the fix; None if it can."""
+def instance_type_problem(
+    value: str,
+    why: str = "a dedicated controller runs slurmctld only and takes no jobs",
+    example: str = DEFAULT_INSTANCE_TYPE,
+) -> str | None:
+    """Why `value` cannot be a small CPU node's type (a dedicated controller's, `why`
+    says what it runs; a login node's), with the fix; None if it can."""
     m = _TYPE.match(value)
     if m is None:
-        return f"'{value}' is not an EC2 instance type name; use e.g. '{DEFAULT_INSTANCE_TYPE}'"
+        return f"'{value}' is not an EC2 instance type name; use e.g. '{example}'"
     if value in CATALOG or m["family"] in _ACCELERATED:
-        return (
-            f"'{value}' is an accelerated (GPU/EFA) instance type; a dedicated controller runs "
-            f"slurmctld only and takes no jobs: use a small CPU type, e.g. '{DEFAULT_INSTANCE_TYPE}'"
-        )
+        return f"'{value}' is an accelerated (GPU/EFA) instance type; {why}: use a small CPU type, e.g. '{example}'"
     if "g" in m["attrs"]:
         return (
-            f"'{value}' is a Graviton (arm64) type, but the controller boots the cluster's "
-            f"x86_64 image; use an x86 type, e.g. '{DEFAULT_INSTANCE_TYPE}'"
+            f"'{value}' is a Graviton (arm64) type, but every node boots the cluster's "
+            f"x86_64 image; use an x86 type, e.g. '{example}'"
         )
     return None
 

@@ -41,6 +41,9 @@ class DataRepository(Strict):
     @field_validator("file_system_path")
     @classmethod
     def _path(cls, v: str) -> str:
+        dots = aws_rules.dot_segment_problem(v)
+        if dots:  # '/data/../.gpu-cluster' passes the prefix check below and is our state directory
+            raise ValueError(dots)
         if not re.match(r"^/[A-Za-z0-9._/-]+$", v) or v == "/" or v.startswith("/.gpu-cluster"):
             raise ValueError(
                 f"'{v}' is not a usable path; use an absolute path such as '/data' (not '/' or '/.gpu-cluster')"

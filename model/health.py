@@ -5,16 +5,19 @@ on the nodes in the states `HealthCheckNodeState` names [SLURM-HEALTH]. Our prog
 cheap checks only (seconds: GPU count, PCIe link, XID events, ECC and row remaps, EFA
 ports, /fsx, NVMe, munge, slurmd, clock, DCGM level 1) and drains a failing node with a
 reason naming the check and its evidence (docs/health.md). Deep diagnostics (DCGM level
-2/3, minutes) are never on this path: `ops health NODE --level 2` runs them on request.
+2/3, minutes) are never on this path: the controller runs them on idle nodes on a
+schedule (`dcgm_idle`, model/dcgm.py), and `ops health NODE --level 2` on request.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from model.base import Strict
+from model.dcgm import DcgmIdleConfig
 
 # Slurm kills a health program that has not finished within 60 seconds [SLURM-HEALTH];
 # the program bounds each tool call so the whole run stays far below that.
@@ -23,6 +26,11 @@ SLURM_HEALTH_KILL_SECONDS = 60
 # Slurm also names NONDRAINED_IDLE; Debian's 22.05 accepts it but reads it back as ANY
 # (tests/daemons/test_slurm_oracle.py), so it is not offered: IDLE is the portable choice.
 NodeState = Literal["ANY", "IDLE", "ALLOC", "MIXED"]
+
+# An IPv4 address or a DNS name, and an optional port: what the clock check's SNTP query takes.
+_REFERENCE = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?::[0-9]{1,5})?"
+)
 
 
 class HealthConfig(Strict):
@@ -52,6 +60,33 @@ class HealthConfig(Strict):
     clock_max_offset_ms: int = Field(
         100, ge=1, le=60000, description="Clock offset from NTP (chronyc tracking) above this fails the clock check."
     )
+
+    dcgm_idle: DcgmIdleConfig = Field(
+        DcgmIdleConfig(),
+        description="Deep DCGM diagnostics (level 2/3) on idle nodes, on a schedule, in a reservation (docs/health.md).",
+    )
+
+    clock_reference: str = Field(
+        "",
+        json_schema_extra={"doc_default": "`''` (chrony)"},
+        description=(
+            "NTP server `host[:port]` the clock check measures each node's offset against by SNTP (e.g."
+            " 169.254.169.123, the Amazon Time Sync Service); empty: ask the node's chrony (chronyc tracking),"
+            " else timedatectl."
+        ),
+    )
+
+    @field_validator("clock_reference")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        if v and not _REFERENCE.fullmatch(v):
+            raise ValueError(
+                f"'{v}' is not host[:port]; use an address or host name with an optional port, e.g. 169.254.169.123"
+            )
+        host, _, port = v.partition(":")
+        if port and not 1 <= int(port) <= 65535:
+            raise ValueError(f"port {port} is outside 1..65535; e.g. 169.254.169.123:123")
+        return v
 
     def node_state_value(self) -> str:
         """HealthCheckNodeState: the states, then CYCLE when asked, comma-separated."""

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator
 
 from model import aws_rules
-from model.base import Strict
+from model.base import Strict, got
 from model.containers import ContainersConfig
 from model.paths import loc_to_path
 from model.registries import registry_access, registry_policy_document
@@ -98,8 +98,32 @@ class PolicyStatement(Strict):
         if not v:
             raise ValueError("empty; list at least one resource ARN, or '*'")
         for r in v:
-            if r != "*" and not r.startswith("arn:"):
-                raise ValueError(f"'{r}' is not a resource ARN; write 'arn:aws:SERVICE:REGION:ACCOUNT:...' or '*'")
+            problem = None if r == "*" else aws_rules.arn_problem(r)
+            if problem:
+                raise ValueError(f"{problem}; or '*' for every resource")
+        return v
+
+    @field_validator("Condition", mode="before")
+    @classmethod
+    def _condition(cls, v: Any) -> Any:
+        """Operators IAM has, and per key a value or a list of values: checked here so a
+        refusal names the real key (the union's member types are not keys)."""
+        if not isinstance(v, dict):
+            return v
+        for op, keys in v.items():
+            problem = aws_rules.condition_operator_problem(str(op))
+            if problem:
+                raise ValueError(problem)
+            if not isinstance(keys, dict):
+                raise ValueError(
+                    f"{op}: must be a mapping of condition keys to values, e.g. aws:RequestedRegion: us-east-2"
+                )
+            for key, value in keys.items():
+                values = value if isinstance(value, list) else [value]
+                if not values or any(isinstance(x, (dict, list)) or x is None for x in values):
+                    raise ValueError(
+                        f"{op}.{key}: a condition value is a string, number or true/false, or a list of them (got {got(value)})"
+                    )
         return v
 
     def document(self) -> dict[str, Any]:
@@ -228,3 +252,38 @@ def inline_policy_problems(
             "node_iam.statements into a customer managed policy (node_iam.managed_policy_arns)",
         )
     ]
+
+
+def partition_problems(node_iam: NodeIamConfig, containers: ContainersConfig, region: str) -> list[tuple[str, str]]:
+    """Every ARN and ECR host the nodes use must be in aws:region's partition: IAM refuses
+    to attach a managed policy of another partition, a statement naming one never matches,
+    and a node cannot reach another partition's registry [IAM-ARN]."""
+    out = []
+    for i, st in enumerate(node_iam.statements):
+        for j, r in enumerate(st.Resource):
+            where = ("node_iam", "statements", i, "Resource") + ((j,) if len(st.Resource) > 1 else ())
+            out.append((loc_to_path(where), aws_rules.arn_partition_problem(r, region)))
+    for i, arn in enumerate(node_iam.managed_policy_arns):
+        out.append((loc_to_path(("node_iam", "managed_policy_arns", i)), aws_rules.arn_partition_problem(arn, region)))
+    for i, c in enumerate(containers.registry_credentials):
+        if c.kind == "secretsmanager" and c.secret.startswith("arn:"):
+            out.append(
+                (
+                    loc_to_path(("containers", "registry_credentials", i, "secret")),
+                    aws_rules.arn_partition_problem(c.secret, region),
+                )
+            )
+    if not isinstance(containers.ecr, bool):
+        for i, entry in enumerate(containers.ecr):
+            m = aws_rules.ECR_HOST.match(entry)
+            theirs = aws_rules.partition_of(m.group(2)) if m else None
+            ours = aws_rules.partition_of(region)
+            if theirs and ours and theirs != ours:
+                out.append(
+                    (
+                        loc_to_path(("containers", "ecr", i)),
+                        f"'{entry}' is a registry in partition {theirs}, but aws:region {region} is in {ours}: "
+                        "the nodes cannot pull across partitions; use a registry of the stack's partition",
+                    )
+                )
+    return [(p, m) for p, m in out if m]

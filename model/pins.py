@@ -69,6 +69,34 @@ _GITHUB_DIGEST = (
     "the asset's sha256 on the release page [GH-ASSET-DIGEST]: the first bake records it"
 )
 
+# The Amazon CloudWatch agent (model/logs.py): in neither Ubuntu's nor Debian's archive.
+# Amazon publishes each release's .deb at a stable, versioned path of its download bucket
+# (`.../ubuntu/amd64/<version>/amazon-cloudwatch-agent.deb`, `latest/` moves) with a
+# detached GPG signature beside it (`.deb.sig`) and the signing key under `assets/`
+# [CW-AGENT-DL]. Amazon publishes no sha256, and the bucket is not reachable from here, so
+# the digest is RECORD like Enroot's; what is checked on every install is stronger than a
+# recorded digest: step 20 imports the key only if its fingerprint is the one Amazon
+# documents [CW-AGENT-SIG] (pinned here), and installs the .deb only if the signature
+# verifies with exactly that key.
+CLOUDWATCH_AGENT_VERSION = "1.300064.1b1344"  # [CW-AGENT-VER]
+CLOUDWATCH_AGENT_BASE = "https://amazoncloudwatch-agent.s3.amazonaws.com"
+CLOUDWATCH_AGENT_FILE = "amazon-cloudwatch-agent.deb"
+CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
+
+
+def cloudwatch_agent_url(version: str = CLOUDWATCH_AGENT_VERSION, arch: str = NODE_ARCH) -> str:
+    return f"{CLOUDWATCH_AGENT_BASE}/ubuntu/{arch}/{version}/{CLOUDWATCH_AGENT_FILE}"
+
+
+CLOUDWATCH_AGENT_KEY_URL = f"{CLOUDWATCH_AGENT_BASE}/assets/amazon-cloudwatch-agent.gpg"
+CLOUDWATCH_AGENT = Download(
+    CLOUDWATCH_AGENT_FILE,
+    cloudwatch_agent_url(),
+    RECORD,
+    "Amazon publishes a GPG signature, not a digest [CW-AGENT-SIG]; step 20 verifies the signature "
+    f"with the key whose fingerprint is {CLOUDWATCH_AGENT_KEY_FINGERPRINT}, and the first bake records the digest",
+)
+
 ENROOT_VERSION = "4.2.1"
 PYXIS_VERSION = "0.24.0"
 PRODUCT = Pins(
@@ -86,13 +114,18 @@ PRODUCT = Pins(
             "GitHub generates tag archives on request and publishes no digest for them; "
             "not readable here: the first bake records it",
         ),
+        CLOUDWATCH_AGENT,
     ),
 )
 
 
 @dataclass(frozen=True)
 class VendorTarball:
-    file: str
+    """A release source the local lanes build from, fetched by `make vendor`
+    (localcluster/vendor.py) into ./vendor and checked against `sha256`."""
+
+    file: str  # the name the lanes look for (scripts/vendor-dir.sh, localcluster/mirror.py)
+    url: str  # upstream release archive of the same tag
     sha256: str
     source: str
 
@@ -100,16 +133,30 @@ class VendorTarball:
 # The lane mirror's inputs: the vendored upstream release tarballs.
 MIRROR_ENROOT_VERSION = "4.1.2"
 MIRROR_PYXIS_VERSION = "0.24.0"
-_VENDOR_SOURCE = "sha256 of the vendored file (git archive of the upstream tag), computed 2026-12-01"
+# Slurm 23.11.4: the nodes' Ubuntu 24.04 version, for a lane that runs it (built from source).
+LANE_SLURM_VERSION = "23.11.4"
+_VENDOR_SOURCE = (
+    "sha256 of the vendored file (git archive of the upstream tag), computed 2026-12-01; GitHub's "
+    "own tag archive of the same tree is generated on request and may differ in bytes (not readable "
+    "here): `make vendor` refuses any other bytes and prints their digest"
+)
 VENDOR = (
     VendorTarball(
         f"enroot-{MIRROR_ENROOT_VERSION}.tar.gz",
+        f"https://github.com/NVIDIA/enroot/archive/refs/tags/v{MIRROR_ENROOT_VERSION}.tar.gz",
         "65d7098241b5a86faf48ba29bbca1462e19682bf49d6b89c8a2d934f0196b4da",
         _VENDOR_SOURCE,
     ),
     VendorTarball(
         f"pyxis-{MIRROR_PYXIS_VERSION}.tar.gz",
+        f"{PYXIS_URL}/v{MIRROR_PYXIS_VERSION}.tar.gz",
         "ede95ba2d48542881f137d9c07c417c5c765994710a74c593a21b3328f311f5d",
+        _VENDOR_SOURCE,
+    ),
+    VendorTarball(
+        f"slurm-{LANE_SLURM_VERSION}.tar.gz",
+        "https://github.com/SchedMD/slurm/archive/refs/tags/slurm-23-11-4-1.tar.gz",
+        "ba5fa4b3e71a380265c36b0609b6af3e5e6b6f288a9d4b21fdfc20fe438d6c66",
         _VENDOR_SOURCE,
     ),
 )

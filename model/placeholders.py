@@ -29,6 +29,7 @@ EXAMPLE_VALUES: dict[str, str] = {
     "cr-0bbbbbbbbbbbbbbb2": "Pulumi.prod.yaml",
     "ami-0f1e2d3c4b5a69788": "Pulumi.prod.yaml",
     "s3://example-prod-training-data/datasets": "Pulumi.prod.yaml",
+    "ami-0c0ffee0c0ffee0c0": "Pulumi.smoke.yaml",
 }
 # An S3 example counts with any prefix: the bucket is what must be the user's own.
 _EXAMPLE_BUCKETS = {v.removeprefix("s3://").split("/")[0] for v in EXAMPLE_VALUES if v.startswith("s3://")}

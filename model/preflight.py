@@ -21,6 +21,7 @@ from model.block_dates import date_problems
 from model.capacity import CapacityBlock
 from model.config import ClusterConfig
 from model.image import UNSUPPORTED_UBUNTU
+from model.login import GROUP as LOGIN_GROUP
 from model.paths import loc_to_path
 from model.tags import CLUSTER as CLUSTER_TAG
 
@@ -113,9 +114,11 @@ def path(*parts: str | int) -> str:
     return loc_to_path(parts)
 
 
-def launch_template_name(name_base: str, controller: bool = False) -> str:
-    """The workers' (or the controller's own) template's name (infra/launch_template.py);
-    `name_base`: ClusterConfig.aws_name_base."""
+def launch_template_name(name_base: str, controller: bool = False, login: bool = False) -> str:
+    """The workers' (or the controller's own, or the login nodes') template's name
+    (infra/launch_template.py); `name_base`: ClusterConfig.aws_name_base."""
+    if login:
+        return f"gpu-cluster-{name_base}-login"
     return f"gpu-cluster-{name_base}-controller" if controller else f"gpu-cluster-{name_base}"
 
 
@@ -130,6 +133,9 @@ def fixed_names(cfg: ClusterConfig) -> list[tuple[str, str]]:
     names = [("launch template", launch_template_name(base)), ("launch template", launch_template_name(base, True))]
     # Groups of size 0 get no ASG (infra/nodes.py).
     names += [("Auto Scaling group", asg_name(cfg.aws_name_base, g.name)) for g in cfg.node_groups() if g.size > 0]
+    if cfg.login.count:
+        names += [("launch template", launch_template_name(base, login=True))]
+        names += [("Auto Scaling group", asg_name(base, LOGIN_GROUP))]
     return names
 
 

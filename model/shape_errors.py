@@ -9,8 +9,8 @@ from model.paths import loc_to_path
 
 # Pydantic messages that name Python classes or say nothing about the value given.
 _SHAPE_MESSAGES = {
-    "model_type": "must be an object (a mapping of keys, see the config reference in README.md)",
-    "model_attributes_type": "must be an object (a mapping of keys, see the config reference in README.md)",
+    "model_type": "must be an object (a mapping of keys, see docs/config-reference.md)",
+    "model_attributes_type": "must be an object (a mapping of keys, see docs/config-reference.md)",
     "dict_type": "must be a mapping of keys to values",
     "tuple_type": "must be a list",
     "list_type": "must be a list",
@@ -31,7 +31,7 @@ def shape_problems(err: ValidationError) -> list[tuple[str, str]]:
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check its spelling against the config reference in README.md"
+            msg = "unknown key; remove it or check its spelling against docs/config-reference.md"
         elif e["type"] == "missing":
             msg = "required; add it to the stack file"
         elif e["type"] in _SHAPE_MESSAGES:

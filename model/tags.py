@@ -11,7 +11,7 @@ plain CamelCase.
 from __future__ import annotations
 
 CLUSTER = "GpuClusterName"  # cluster name
-ROLE = "GpuClusterRole"  # `controller` or `worker`
+ROLE = "GpuClusterRole"  # `controller`, `worker` or `login`
 NODES = "GpuClusterNodes"  # expected node count of the whole cluster
 BLOCK = "GpuClusterBlock"  # capacity block name, or ON_DEMAND
 # The block's end, ISO-8601 UTC (2026-12-08T11:30:00Z); Capacity Block nodes only. The
@@ -25,7 +25,7 @@ BLOCK_END = "GpuClusterBlockEnd"
 DATA_REPOSITORY = "GpuClusterDataRepository"
 
 ON_DEMAND = "on-demand"
-ROLES = ("controller", "worker")
+ROLES = ("controller", "worker", "login")
 
 # Every tag the boot reads from instance metadata, in the order step 10 reads them.
 NODE_IDENTITY = (CLUSTER, ROLE, NODES, BLOCK)

@@ -18,6 +18,17 @@ class ValidationConfig(Strict):
     baseline_margin: float = Field(
         0.10, gt=0, lt=1, allow_inf_nan=False, description="Drop vs baseline that turns a run NO-GO."
     )
+    level_margin: float = Field(
+        0.10,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description=(
+            "With the network topology known: a level of pairs (sharing a layer-2 node, a top node, none) whose"
+            " median all-reduce figure is more than this fraction below the same-leaf median is flagged in the"
+            " report (docs/validation.md)."
+        ),
+    )
     wait_for_nodes_minutes: int = Field(
         30, ge=1, le=240, description="How long the controller waits for nodes to be idle."
     )

@@ -27,11 +27,16 @@ import os
 import re
 import shlex
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 
+# The exit-code table of every gpu-cluster CLI: a copy of clitools/exits.py (this program
+# runs on the nodes as a single file); tests/repo/test_exit_codes.py keeps it equal.
+# slurmd logs a non-zero exit ("health_check failed: rc:1 ...") and acts on nothing else.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 REASON_PREFIX = "gpu-cluster health:"
 TOOL_TIMEOUT = 15  # seconds per tool call; dcgmi gets DCGM_TIMEOUT
 DCGM_TIMEOUT = 40  # level 1 takes seconds; the whole run must stay under Slurm's 60 s
@@ -355,6 +360,25 @@ def check_efa(env):
     return result("efa", "ok", f"{want} EFA devices, every port ACTIVE")
 
 
+def _unescape(field):
+    """A mountinfo path field: space, tab, newline and backslash are octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def is_mount(path, mountinfo="/proc/self/mountinfo"):
+    """Whether `path` is a mount point, as mountpoint(1) decides: listed in
+    /proc/self/mountinfo. os.path.ismount compares device numbers, so it misses a bind
+    mount from the same file system (the local namespace lane's /fsx)."""
+    target = os.path.realpath(path)
+    try:
+        with open(mountinfo) as f:
+            if any(len(x) > 4 and _unescape(x[4]) == target for x in (line.split() for line in f)):
+                return True
+    except OSError:
+        pass
+    return os.path.ismount(path)
+
+
 def bounded(fn, timeout):
     """fn() in a thread: (True, value) or (False, None) when it did not return in time
     (a hung file system must not hang the program past Slurm's kill)."""
@@ -382,7 +406,7 @@ def _write_probe(path):
 
 def check_fsx(env, node):
     mount = env.get("FSX_MOUNTPOINT", "/fsx")
-    if not os.path.ismount(mount):
+    if not is_mount(mount):
         return result("fsx", "fail", f"{mount} not mounted (/proc/mounts)", "reset")
     records = env.get("HEALTH_RECORDS") or os.path.join(env.get("FSX_ROOT", mount), "health")
     probe = os.path.join(records, f".probe-{node}")
@@ -398,7 +422,7 @@ def check_nvme(env):
     mount = env.get("HEALTH_NVME_MOUNT", "")
     if not mount:
         return result("nvme", "skip", "no node-local NVMe on this instance type")
-    if not os.path.ismount(mount):
+    if not is_mount(mount):
         return result("nvme", "fail", f"{mount} not mounted (/proc/mounts)", "reset")
     st = os.statvfs(mount)
     free = 100.0 * st.f_bavail / st.f_blocks if st.f_blocks else 0.0
@@ -461,8 +485,59 @@ def _chrony(max_ms):
     return result("clock", "ok", f"synchronised, {offset_ms:.1f} ms off (chronyc)")
 
 
+NTP_EPOCH = 2208988800  # seconds from 1900-01-01 (NTP's era 0) to 1970-01-01
+SNTP_TIMEOUT = 2.0
+
+
+def _ntp_time(data, at):
+    secs, frac = struct.unpack("!II", data[at : at + 8])
+    return secs - NTP_EPOCH + frac / 2**32
+
+
+def sntp_offset(host, port=123, timeout=SNTP_TIMEOUT):
+    """(offset seconds of the reference minus this clock, round trip, stratum, leap) from one
+    SNTP exchange [SNTP]; raises OSError when the reference does not answer."""
+    packet = bytearray(48)
+    packet[0] = (0 << 6) | (4 << 3) | 3  # no leap warning, version 4, client
+    t1 = time.time()
+    secs = int(t1) + NTP_EPOCH
+    packet[40:48] = struct.pack("!II", secs, int((t1 % 1) * 2**32))
+    addr = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)[0][4]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.sendto(bytes(packet), addr)
+        data, _ = sock.recvfrom(512)
+    t4 = time.time()
+    if len(data) < 48 or data[0] & 7 != 4:
+        raise OSError(f"not an NTP server answer from {host}:{port}")
+    t2, t3 = _ntp_time(data, 32), _ntp_time(data, 40)
+    return ((t2 - t1) + (t3 - t4)) / 2, (t4 - t1) - (t3 - t2), data[1], data[0] >> 6
+
+
+def _reference(ref, max_ms):
+    """The clock against a configured NTP reference (health.clock_reference), host[:port]."""
+    host, _, port = ref.partition(":")
+    try:
+        offset, _, stratum, leap = sntp_offset(host, int(port or 123))
+    except (OSError, ValueError) as e:
+        return result("clock", "fail", f"clock reference {ref} did not answer: {e} (SNTP)", "reset")
+    if leap == 3 or stratum == 0:
+        return result(
+            "clock", "fail", f"clock reference {ref} is not synchronised (leap {leap}, stratum {stratum})", "reset"
+        )
+    ms = abs(offset) * 1000
+    side = "slow" if offset > 0 else "fast"
+    if ms > max_ms:
+        return result("clock", "fail", f"clock {ms:.0f} ms {side} of {ref}, over {max_ms} ms (SNTP)", "reset")
+    return result("clock", "ok", f"{ms:.1f} ms {side} of {ref} (SNTP, stratum {stratum})")
+
+
 def check_clock(env):
-    """chronyc tracking [CHRONYC] where chrony runs, else timedatectl's NTPSynchronized."""
+    """Against HEALTH_CLOCK_REFERENCE (SNTP) when set; else chronyc tracking [CHRONYC] where
+    chrony runs, else timedatectl's NTPSynchronized."""
+    ref = env.get("HEALTH_CLOCK_REFERENCE", "")
+    if ref:
+        return _reference(ref, _int(env, "HEALTH_CLOCK_MAX_OFFSET_MS", 100))
     found = _chrony(_int(env, "HEALTH_CLOCK_MAX_OFFSET_MS", 100))
     if found:
         return found
@@ -592,7 +667,7 @@ def write_record(env, node, record):
     mount = env.get("FSX_MOUNTPOINT", "/fsx")
     records = env.get("HEALTH_RECORDS") or os.path.join(env.get("FSX_ROOT", mount), "health")
     under_mount = os.path.abspath(records).startswith(os.path.abspath(mount).rstrip("/") + "/")
-    if under_mount and not os.path.ismount(mount):
+    if under_mount and not is_mount(mount):
         print(f"gpu-cluster-health: {mount} is not mounted; record not written", file=sys.stderr)
         return
     done, value = bounded(lambda: write_json(os.path.join(records, f"{node}.json"), record), FSX_TIMEOUT)
@@ -604,11 +679,40 @@ def node_name():
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
+def _version():
+    """The payload's version (lib/version beside bin/), else "unknown"."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "lib", "version")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(200).strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="gpu-cluster-health", description="gpu-cluster node health checks")
+    """Exit 0 healthy, 1 a check failed (the node is drained unless --no-slurm)."""
+    p = argparse.ArgumentParser(
+        prog="gpu-cluster-health",
+        description="gpu-cluster node health checks (Slurm's HealthCheckProgram)",
+        epilog="example:\n  gpu-cluster-health --no-slurm",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"gpu-cluster-health (gpu-cluster) {_version()}")
     p.add_argument("--no-slurm", action="store_true", help="report only: do not drain or resume")
     p.add_argument("--clear-xid", action="store_true", help="forget the XID faults kept from earlier runs")
     args = p.parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as e:  # a bug: one line for slurmd's log, never a traceback there
+        print(
+            f"gpu-cluster-health: internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]}", file=sys.stderr
+        )
+        return EXIT_INTERNAL
+
+
+def _run(args):
     started = time.monotonic()
     _deadline[0] = started + RUN_BUDGET
     env = read_env(os.environ.get("GPU_CLUSTER_ETC", "/etc/gpu-cluster"))
@@ -631,7 +735,7 @@ def main(argv=None):
     write_json(state_path, state)
     write_record(env, node, record)
     print(json.dumps(record, indent=2, sort_keys=True))
-    return 0
+    return EXIT_FAILED if failures else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -163,8 +163,27 @@ class PlanMocks(pulumi.runtime.Mocks):
             bucket = state.get("bucket") or f"{state.get('bucketPrefix', name + '-')}{_hex(name, 12)}"
             rid = bucket
             state.update(bucket=bucket, arn=f"arn:aws:s3:::{bucket}")
+        elif typ == "aws:rds/instance:Instance":
+            ident = state.get("identifier") or name
+            rid = ident
+            address = f"{ident}.c0a1b2c3d4e5.{self.region}.rds.amazonaws.com"
+            secret = f"arn:aws:secretsmanager:{self.region}:{ACCOUNT}:secret:rds!db-{_hex(name, 8)}-a1b2c3"
+            state.update(
+                address=address,
+                endpoint=f"{address}:{state.get('port', 3306)}",
+                port=state.get("port", 3306),
+                arn=f"arn:aws:rds:{self.region}:{ACCOUNT}:db:{ident}",
+                masterUserSecrets=[{"secretArn": secret, "secretStatus": "active", "kmsKeyId": ""}],
+            )
         elif typ == "aws:ec2/placementGroup:PlacementGroup":
             state.setdefault("name", f"{name}-{_hex(name, 7)}")
+        elif typ == "aws:cloudwatch/logGroup:LogGroup":
+            # The provider's `arn` has no trailing `:*` (the API's has) [CW-AGENT-IAM].
+            rid = state.get("name") or name
+            state["arn"] = f"arn:aws:logs:{self.region}:{ACCOUNT}:log-group:{rid}"
+        elif typ == "aws:cloudwatch/dashboard:Dashboard":
+            rid = state.get("dashboardName") or name
+            state["dashboardArn"] = f"arn:aws:cloudwatch::{ACCOUNT}:dashboard/{rid}"
         else:
             state.setdefault("arn", f"arn:aws:mock:{self.region}:123456789012:{arn_name}")
         return rid, state
@@ -348,24 +367,30 @@ def run_with_mocks(
     stack: str = "dev",
     config: dict[str, str] | None = None,
     secret_keys: list[str] | None = None,
+    project: str = "gpu-cluster",
 ):
-    """Run `program()` (declares resources, returns anything Output-able) under `mocks`.
+    """Run `program()` (declares resources, returns anything Output-able) under `mocks`,
+    as project `project` (another program that uses the GpuCluster component has its own).
 
     Waits for every registration, then returns (resolved value, urn lookup) where the
     lookup maps "name|type" to the resource's URN (which carries its parent's type).
     Each record in `mocks.resources` gets the registration's `dependencies` (URNs) and
     `options` (OPTION_DEFAULTS' keys), which the Mocks callbacks are not given.
     """
-    from pulumi.runtime.settings import SETTINGS
+    from pulumi.runtime.settings import ROOT, SETTINGS
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
+    # set_mocks makes a root stack resource only when there is none: without this, a
+    # second run in one process (another stack name) would parent every resource to the
+    # first run's stack.
+    ROOT.set(None)
     monitor = _recording_monitor(mocks)
     logger = logging.getLogger("gpu-cluster.plan.engine")
     logger.handlers[:] = [_EngineLog(getattr(mocks, "log", []))]
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack=stack, preview=False, monitor=monitor, logger=logger)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor, logger=logger)
     pulumi.runtime.set_all_config(config or {}, secret_keys or [])
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()

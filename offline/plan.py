@@ -27,9 +27,11 @@ Values are stored as Pulumi stores them (stackfile/setpath.py). Secure values
 (`key: {secure: ...}`) cannot be decrypted offline: the plan uses SECRET_PLACEHOLDER
 and never writes or prints the ciphertext.
 
-Exit status: 0 written; 2 bad input, one line per problem (`Pulumi.x.yaml:LINE:COL: ...`,
-`--set PATH: ...`, `--out DIR: ...`, or the config's `path: message`), nothing written;
-1 an internal error (a bug), one line (GPU_CLUSTER_DEBUG=1 prints the traceback). Output
+Exit status (clitools/exits.py): 0 written; 2 bad input, one line per problem
+(`Pulumi.x.yaml:LINE:COL: ...`, `--set PATH: ...`, `--out DIR: ...`, or the config's
+`path: message`), nothing written; 3 the stack file cannot be read (missing,
+unreadable); 4 an internal error (a bug), one line (GPU_CLUSTER_DEBUG=1 prints the
+traceback). Output
 is byte-stable: the program runs at the fixed time PLAN_NOW (offline/mocks.py: which
 Capacity Blocks have started decides group sizes and scheduled actions), never at the
 wall-clock time. `--at TIME` (ISO-8601 with a zone: 2026-12-08T12:00:00Z) runs it at
@@ -44,7 +46,6 @@ import hashlib
 import json
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,8 +53,12 @@ from typing import Any
 
 import pulumi
 
+from clitools import exits, help, inputs
+from clitools.errors import UsageError
+from clitools.runner import guarded
 from model.errors import one_line
 from offline.mocks import PLAN_NOW, PlanMocks, plan_mocks, run_under_mocks
+from stackfile.engine import read_config, source_from_env
 from stackfile.errors import InputError
 from stackfile.location import stack_file
 from stackfile.reader import load_stack_secrets, read_stack_file
@@ -61,8 +66,7 @@ from stackfile.setpath import apply_override
 from stackfile.tree import SECRET_PLACEHOLDER
 
 REPO = Path(__file__).resolve().parent.parent
-# Set to print the traceback of an internal error (a bug) instead of one line.
-DEBUG_ENV = "GPU_CLUSTER_DEBUG"
+DEBUG_ENV = exits.DEBUG_ENV
 
 
 def load_stack_config(stack: str, root: Path = REPO, config_file: Path | None = None) -> tuple[Any, Any]:
@@ -76,17 +80,13 @@ def load_stack_config(stack: str, root: Path = REPO, config_file: Path | None = 
 def parse_at(text: str) -> datetime:
     """`--at`'s value as an aware UTC time; InputError (one line) otherwise. A zone is
     required: the block times it is compared with are absolute, and a zone-less time
-    would silently mean the machine's local time."""
+    would silently mean the machine's local time. The year is bounded
+    (clitools/inputs.py): a time at the calendar's edge would overflow once the program
+    applies its offsets."""
     try:
-        when = datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None or when.utcoffset() is None:
-        what = "has no zone" if when is not None else "is not an ISO-8601 time"
-        raise InputError(
-            [f"--at {text}: {what}; give an ISO-8601 time with a zone, e.g. 2026-12-08T12:00:00Z or +01:00"]
-        )
-    return when.astimezone(UTC)
+        return inputs.utc_time(text, "--at", zone_required=True)
+    except UsageError as err:
+        raise InputError(err.lines) from None
 
 
 def warning_lines(mocks: PlanMocks) -> list[str]:
@@ -98,17 +98,9 @@ def check_out(out: Path) -> None:
     """`--out` is a directory we can create or write; InputError otherwise (checked
     before the program runs, so a typo costs nothing)."""
     try:
-        if out.exists() and not out.is_dir():
-            raise InputError([f"--out {out}: an existing file, not a directory; give a directory (created if missing)"])
-        probe = out
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        if not probe.is_dir():
-            raise InputError([f"--out {out}: {probe} is a file, so the directory cannot be created there"])
-        if not os.access(probe, os.W_OK | os.X_OK):
-            raise InputError([f"--out {out}: {probe} is not writable by this user"])
-    except OSError as err:
-        raise InputError([f"--out {out}: {err.strerror or err}"]) from None
+        inputs.check_output_dir(out, "--out")
+    except UsageError as err:
+        raise InputError(err.lines) from None
 
 
 def _with_secret_notes(lines: list[str], secrets: list[str]) -> list[str]:
@@ -133,12 +125,17 @@ def write_plan(
     config_file: Path | None = None,
     secrets: dict[str, str] | None = None,
     at: datetime = PLAN_NOW,
+    source: str = "files",
 ) -> dict[str, Any]:
     """Render the plan into `out`, the program running at `at`. InputError for bad input
     (stack file, --set, --out) or a config the program refuses; anything else is a bug.
-    `secrets`: stack secret values to run with (tests), over the stack file's placeholders."""
-    path = stack_file(stack, root, config_file)
-    raw, region, secret_paths, problems = read_stack_file(path, root)
+    `secrets`: stack secret values to run with (tests), over the stack file's placeholders.
+    `source`: where the config comes from (stackfile/engine.py); the command line reads it
+    as the engine does, tests and goldens from the files alone."""
+    got = read_config(stack, root, config_file, source)
+    raw, region, secret_paths, problems, path = got.raw, got.region, got.secret_paths, got.problems, got.path
+    for note in got.notes:
+        print(f"note: {note}", file=sys.stderr)
     file_secrets, plain = load_stack_secrets(path)
     recorded = []
     for assignment in overrides:
@@ -158,7 +155,7 @@ def write_plan(
     check = []
     try:
         check_out(out)
-    except InputError as err:
+    except UsageError as err:
         check = err.lines
     if problems or check:
         raise InputError(problems + check)
@@ -258,56 +255,63 @@ def summary(plan: dict[str, Any], out: Path) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m offline.plan", description=__doc__.split("\n")[0])
-    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    p = help.parser(
+        "python -m offline.plan",
+        "Offline plan: run the real program under Pulumi's mocks and write every resource and node file.",
+        "python -m offline.plan --stack dev --out build/render-dev",
+        "python -m offline.plan --stack dev --out /tmp/p --set capacity.nodes=1 --at 2026-12-08T12:00:00Z",
+    )
+    p.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if missing)")
+    p.add_argument(
         "--config-file",
         type=Path,
+        metavar="FILE",
         help="read this stack file instead of Pulumi.<stack>.yaml (as `pulumi --config-file`)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="PATH=VALUE",
         help="override a config value, path as for `pulumi config set --path` (with or without the "
-        "`cluster.` prefix), e.g. capacity.capacity_blocks[0].instance_count=4; repeatable",
+        "`cluster.` prefix), e.g. capacity.capacity_blocks[0].instance_count=4; repeatable (default: none)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--at",
         metavar="TIME",
         help="run the program at TIME (ISO-8601 with a zone, e.g. 2026-12-08T12:00:00Z) instead of the fixed "
-        "plan time: what `pulumi up` would declare then (group sizes, scheduled actions)",
+        f"plan time {_iso(PLAN_NOW)}: what `pulumi up` would declare then (group sizes, scheduled actions)",
     )
-    args = parser.parse_args(argv)
-    try:
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+
+    def body() -> int:
         at = PLAN_NOW if args.at is None else parse_at(args.at)
-        plan = write_plan(args.stack, args.out, args.overrides, config_file=args.config_file, at=at)
-        lines = summary(plan, args.out)
-    except InputError as err:
-        for line in err.lines:
-            print(one_line(line), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback on request
-        if os.environ.get(DEBUG_ENV):
-            traceback.print_exc()
-        text = one_line(" ".join(str(err).split()))
-        print(
-            f"internal error: {type(err).__name__}: {text[:500]}; rerun with {DEBUG_ENV}=1 for the traceback",
-            file=sys.stderr,
+        # The stack files of the directory the command runs in, as `pulumi` reads them (an
+        # installed package has no stack files beside its modules).
+        plan = write_plan(
+            args.stack,
+            args.out,
+            args.overrides,
+            Path.cwd(),
+            config_file=args.config_file,
+            at=at,
+            source=source_from_env(),
         )
-        return 1
-    for line in plan["warnings"]:
-        print(line, file=sys.stderr)
-    for line in lines:
-        print(line)
-    return 0
+        lines = summary(plan, args.out)
+        for line in plan["warnings"]:
+            print(line, file=sys.stderr)
+        for line in lines:
+            print(line)
+        return exits.OK
+
+    return guarded("python -m offline.plan", body)
 
 
 def close_event_loops() -> None:

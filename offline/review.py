@@ -25,9 +25,16 @@ new id, so resources that refer to it change too; when such a reference is itsel
 replace-on-change input, the dependent is replaced as well (a replaced security group
 replaces the file system).
 
+With `--cache-dir DIR` a render is kept under DIR by the hash of everything it reads (every
+file of the tree it runs from, the stack name, the plan module, the interpreter), so a
+tree rendered before, or the same content at both revisions, is rendered once; a stack
+that fails to render is never kept.
+
 Anything that replaces or deletes the FSx file system comes first, in a banner.
-Exit status: 0 with or without changes; 1 when a stack does not render at the working
-tree (the report says why); 2 for a bad base revision or not a git checkout.
+Exit status (clitools/exits.py): 0 with or without changes; 1 when a stack does not
+render at the working tree (the report says why); 2 for a bad base revision, not a git
+checkout, or an --out that cannot be written (checked before rendering); 3 when git or
+the disk fails; 4 an internal error.
 """
 
 from __future__ import annotations
@@ -36,10 +43,12 @@ import argparse
 import concurrent.futures
 import difflib
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -48,7 +57,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clitools import exits, help, inputs
+from clitools.errors import Unreadable, UsageError
+from clitools.runner import guarded
+from model.archive import extract_all
 from model.block_ends import BLOCK_ENDS_KEY
+from stackfile.location import stack_name_problem
 
 REPO = Path(__file__).resolve().parent.parent
 MARKER = "<!-- gpu-cluster-review -->"
@@ -182,6 +196,13 @@ FORCE_NEW: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         _names("serviceName vpcEndpointType vpcId"),
         _names("policy privateDnsEnabled routeTableIds securityGroupIds subnetIds"),
     ),
+    # the log group keeps its events across retention and key changes (PutRetentionPolicy,
+    # AssociateKmsKey); a new name is a new group, the old one's events deleted with it
+    "aws:cloudwatch/logGroup:LogGroup": (
+        _names("name namePrefix logGroupClass"),
+        _names("retentionInDays kmsKeyId skipDestroy"),
+    ),
+    "aws:cloudwatch/dashboard:Dashboard": (_names("dashboardName"), _names("dashboardBody")),
 }
 FORCE_NEW["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"] = FORCE_NEW[
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
@@ -200,7 +221,7 @@ _SECRET_ASSIGNMENT = re.compile(
 SECRET = "[secret]"
 
 
-class ReviewError(Exception):
+class ReviewError(UsageError):
     """A problem the user fixes (bad ref, not a checkout): one line, exit status 2."""
 
 
@@ -328,7 +349,7 @@ def extract_tree(sha: str, dest: Path, repo: Path = REPO) -> None:
     if proc.returncode != 0:
         raise ReviewError(f"review: git archive {sha} failed: {proc.stderr.decode(errors='replace').strip()}")
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+        extract_all(tar, dest)
 
 
 def stacks_in(tree: Path) -> list[str]:
@@ -352,6 +373,81 @@ def plan_module(tree: Path) -> str:
         if (tree / path).is_file():
             return module
     return PLAN_MODULES[0][1]  # neither: the run fails and the report shows why
+
+
+# Part of every cache key: bump it when what a render writes changes shape.
+RENDER_CACHE_VERSION = "1"
+# Renders kept in a cache directory (the most recently used ones; about 1 MB each).
+RENDER_CACHE_KEEP = 32
+
+
+def head_files(repo: Path) -> list[str]:
+    """What `python -m offline.plan` can read from the working tree: every file git does
+    not ignore (tracked, or new), as it is now."""
+    listed = _git(["ls-files", "-z", "--cached", "--others", "--exclude-standard"], repo).stdout
+    return sorted({p.decode() for p in listed.split(b"\0") if p})
+
+
+def tree_files(tree: Path) -> list[str]:
+    return sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def tree_digest(tree: Path, files: list[str]) -> str:
+    """sha256 over each file's path, kind (file, executable, symlink) and content: the same
+    for a commit's extracted tree and a working tree holding the same content."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        p = tree / rel
+        if p.is_symlink():
+            kind, data = "l", os.readlink(p).encode()
+        elif p.is_file():
+            kind, data = ("x" if os.access(p, os.X_OK) else "f"), p.read_bytes()
+        else:
+            continue  # listed in the index but deleted in the working tree
+        h.update(f"{kind} {rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def _installed(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+def render_key(digest: str, tree: Path, stack: str) -> str:
+    """The tree's content, the stack, the plan module and the interpreter with the Pulumi
+    packages it renders with (installed outside the tree)."""
+    interpreter = (sys.executable, sys.version, _installed("pulumi"), _installed("pulumi_aws"))
+    parts = (RENDER_CACHE_VERSION, digest, stack, plan_module(tree), *interpreter)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def cached_render(tree: Path, stack: str, out: Path, key: str, cache: Path | None) -> Render:
+    """`render`, kept under `cache/key` (a hit is used where it lies, and marked used)."""
+    if cache is None:
+        return render(tree, stack, out)
+    kept = cache / key
+    if (kept / "plan.json").is_file():
+        os.utime(kept)
+        return Render(stack, kept)
+    done = render(tree, stack, out)
+    if done.error is None:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=cache))
+        shutil.copytree(out, tmp, dirs_exist_ok=True)
+        try:
+            os.replace(tmp, kept)  # atomic; another review may have kept the same render
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return done
+
+
+def prune_cache(cache: Path, keep: int = RENDER_CACHE_KEEP) -> None:
+    entries = sorted((p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".")), key=os.path.getmtime)
+    for old in entries[: max(0, len(entries) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def render(tree: Path, stack: str, out: Path) -> Render:
@@ -703,8 +799,13 @@ def _object_note(resource: dict[str, Any]) -> str:
 
 
 def review(
-    base_ref: str, repo: Path = REPO, stacks: list[str] | None = None, workdir: Path | None = None
+    base_ref: str,
+    repo: Path = REPO,
+    stacks: list[str] | None = None,
+    workdir: Path | None = None,
+    cache: Path | None = None,
 ) -> tuple[str, list[StackReport]]:
+    """`cache`: keep renders there by content (module docstring); None: render everything."""
     sha = resolve_base(base_ref, repo)
     with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-", dir=workdir) as tmp:
         tmpdir = Path(tmp)
@@ -723,14 +824,34 @@ def review(
             names = [s for s in names if s in stacks]
         jobs = [(base_tree, s, tmpdir / "out" / "base" / s) for s in names if s in base_stacks]
         jobs += [(repo, s, tmpdir / "out" / "head" / s) for s in names if s in head_stacks]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            results = list(pool.map(lambda j: render(*j), jobs))
-        by = {(str(j[0]), j[1]): r for j, r in zip(jobs, results, strict=True)}
+        by = _render_all(jobs, base_tree, repo, cache)
         reports = []
         for s in names:
             b, h = by.get((str(base_tree), s)), by.get((str(repo), s))
             reports.append(_stack_report(s, b, h))
     return sha, reports
+
+
+def _render_all(
+    jobs: list[tuple[Path, str, Path]], base_tree: Path, repo: Path, cache: Path | None
+) -> dict[tuple[str, str], Render]:
+    """Every (tree, stack) rendered, two at a time; with a cache, identical content (the
+    same key) is rendered once even within one review."""
+    keys: dict[tuple[str, str], str] = {}
+    if cache is not None:
+        digests = {
+            str(base_tree): tree_digest(base_tree, tree_files(base_tree)),
+            str(repo): tree_digest(repo, head_files(repo)),
+        }
+        keys = {(str(t), s): render_key(digests[str(t)], t, s) for t, s, _ in jobs}
+    first: dict[str, tuple[Path, str, Path]] = {}
+    for t, s, out in jobs:
+        first.setdefault(keys.get((str(t), s), f"{t}\0{s}"), (t, s, out))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip(first, pool.map(lambda k: cached_render(*first[k], k, cache), first), strict=True))
+    if cache is not None and cache.is_dir():
+        prune_cache(cache)
+    return {(str(t), s): done[keys.get((str(t), s), f"{t}\0{s}")] for t, s, _ in jobs}
 
 
 def _load(r: Render | None) -> dict[str, Any] | None:
@@ -859,8 +980,8 @@ def format_markdown(sha: str, base_ref: str, reports: list[StackReport]) -> str:
     """The PR comment. GitHub refuses a comment body above 65536 characters [GH-COMMENT]:
     past MD_LIMIT the node-file diffs, then the changed inputs, are left out (with a
     pointer to `make diff`), never the banner or the resource table."""
-    for files, inputs in ((True, True), (False, True), (False, False)):
-        text = _markdown(sha, base_ref, reports, files, inputs)
+    for files, with_inputs in ((True, True), (False, True), (False, False)):
+        text = _markdown(sha, base_ref, reports, files, with_inputs)
         if len(text) <= MD_LIMIT:
             return text
     return text[: MD_LIMIT - 200] + "\n\n... cut at the comment size limit; run `make diff` for the rest.\n"
@@ -919,38 +1040,72 @@ def _markdown(sha: str, base_ref: str, reports: list[StackReport], files: bool, 
     return "\n".join(out) + "\n"
 
 
+def parser() -> argparse.ArgumentParser:
+    p = help.parser(
+        "python -m offline.review",
+        "Review diff: what a change does to every stack (resources, replacements, node files), offline.",
+        "python -m offline.review --base origin/main",
+        "python -m offline.review --base origin/main --format markdown --out build/review.md --stack dev",
+    )
+    p.add_argument("--base", required=True, help="base revision (branch, tag or sha), e.g. origin/main")
+    p.add_argument("--format", choices=("text", "markdown"), default="text", help="report format")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the report here (default: stdout)")
+    p.add_argument(
+        "--stack", action="append", default=[], type=_stack, help="only this stack (repeatable; default: all)"
+    )
+    p.add_argument("--repo", type=Path, default=REPO, metavar="DIR", help="the checkout to review (default: this one)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep renders here by the hash of their inputs (default: render everything)",
+    )
+    return p
+
+
+def _stack(text: str) -> str:
+    problem = stack_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem.removeprefix("--stack "))
+    return text
+
+
+_stack.__name__ = "stack"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m offline.review", description=__doc__.split("\n")[0])
-    parser.add_argument("--base", required=True, help="base revision (branch, tag or sha), e.g. origin/main")
-    parser.add_argument("--format", choices=("text", "markdown"), default="text")
-    parser.add_argument("--out", type=Path, help="write the report here (default: stdout)")
-    parser.add_argument("--stack", action="append", default=[], help="only this stack (repeatable; default: all)")
-    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout to review (default: this one)")
-    args = parser.parse_args(argv)
-    try:
-        sha, reports = review(args.base, repo=args.repo.resolve(), stacks=args.stack or None)
-    except ReviewError as err:
-        print(str(err), file=sys.stderr)
-        return 2
-    except (OSError, subprocess.SubprocessError, ValueError) as err:
-        # A reviewer reads one line, not a traceback (a full disk, git missing, a
-        # plan.json that is not JSON).
-        print(f"review: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    fmt = format_markdown if args.format == "markdown" else format_text
-    text = fmt(sha, args.base, reports)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    else:
-        sys.stdout.write(text)
-    failed = [r.stack for r in reports if r.status == "error"]
-    if failed:
-        print(
-            f"review: stack(s) {', '.join(failed)} do not render at the working tree (see the report)", file=sys.stderr
-        )
-        return 1
-    return 0
+    args = parser().parse_args(argv)
+
+    def body() -> int:
+        # Checked before minutes of rendering: a bad --out or --repo costs nothing.
+        repo = inputs.require_dir(args.repo, "--repo").resolve()
+        if args.out:
+            inputs.check_output_file(args.out, "--out")
+        try:
+            sha, reports = review(args.base, repo=repo, stacks=args.stack or None, cache=args.cache_dir)
+        except (OSError, subprocess.SubprocessError) as err:
+            # A reviewer reads one line, not a traceback (a full disk, git missing).
+            raise Unreadable(f"review: {type(err).__name__}: {err}") from None
+        fmt = format_markdown if args.format == "markdown" else format_text
+        text = fmt(sha, args.base, reports)
+        if args.out:
+            try:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(text)
+            except OSError as err:
+                raise Unreadable(f"review: --out {args.out}: cannot write: {err.strerror or err}") from None
+        else:
+            sys.stdout.write(text)
+        failed = [r.stack for r in reports if r.status == "error"]
+        if failed:
+            print(
+                f"review: stack(s) {', '.join(failed)} do not render at the working tree (see the report)",
+                file=sys.stderr,
+            )
+            return exits.FAILED
+        return exits.OK
+
+    return guarded("python -m offline.review", body)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,22 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
+from clitools import exits
+from clitools.errors import CliError
+
 # Standard mode retries throttling errors with backoff; 8 attempts in all (the first
 # included; `max_attempts` would count retries only) ride out a burst
 # of DescribeInstances calls from several operators.
 RETRY_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 8})
+# S3 presigned URLs (ops bake) must name the bucket's regional host: botocore's default
+# for them is the global `bucket.s3.amazonaws.com`, which answers a bucket outside
+# us-east-1 with a redirect, and a SigV4 signature covers the host it was made for.
+S3_CONFIG = RETRY_CONFIG.merge(Config(s3={"addressing_style": "virtual"}))
+
+
+def client_config(service: str) -> Config:
+    return S3_CONFIG if service == "s3" else RETRY_CONFIG
+
 
 ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedAccess"}
 THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"}
@@ -28,7 +40,7 @@ ClientFactory = Callable[[str, str | None], Any]
 
 
 def boto3_client(service: str, region: str | None) -> Any:
-    return boto3.session.Session().client(service, region_name=region, config=RETRY_CONFIG)
+    return boto3.session.Session().client(service, region_name=region, config=client_config(service))
 
 
 class Session:
@@ -47,8 +59,12 @@ class Session:
         return self._clients[service]
 
 
-class OpsError(Exception):
-    """A failure to report as one clear line (exit status 1)."""
+class OpsError(CliError):
+    """A failure to report as one clear line: exit 1 (a check or a step failed) unless
+    `code` says otherwise; an AWS call that failed is exit 3 (clitools/exits.py)."""
+
+    def __init__(self, message: str, code: int = exits.FAILED):
+        super().__init__(message, code)
 
 
 def error_code(err: ClientError) -> str:
@@ -85,4 +101,4 @@ def call(client: Any, operation: str, action: str, **params: Any) -> dict[str, A
         response: dict[str, Any] = getattr(client, operation)(**params)
         return response
     except (ClientError, BotoCoreError) as err:
-        raise OpsError(describe_error(err, action)) from err
+        raise OpsError(describe_error(err, action), exits.UNREACHABLE) from err

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from clitools import exits, inputs
+from clitools.errors import UsageError
 from model.preflight import iso
 from ops.aws import OpsError, call
 from ops.context import Context
@@ -51,23 +53,26 @@ class Offering:
         )
 
 
-def parse_day(text: str) -> datetime:
-    """`2026-12-08` or a full ISO-8601 time, as UTC."""
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise OpsError(f"--earliest/--latest {text!r}: use a date like 2026-12-08 or 2026-12-08T11:30:00Z") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+# How far ahead a search may reach: a sanity bound on --earliest/--latest (blocks are
+# offered weeks ahead, and last at most 182 days [CB-USE]); a later date is a typo.
+SEARCH_HORIZON = timedelta(days=366 + 182)
+
+
+def parse_day(text: str, what: str, now: datetime) -> datetime:
+    """`2026-12-08` or a full ISO-8601 time, as UTC, from today to SEARCH_HORIZON ahead."""
+    when = inputs.utc_time(text, what)
+    inputs.not_before(when, now, what)
+    if when > now + SEARCH_HORIZON:
+        raise UsageError(f"{what} {when.date()}: more than {SEARCH_HORIZON.days} days ahead; give a nearer date")
+    return when
 
 
 def search(
     ctx: Context, instance_type: str, count: int, days: int, earliest: datetime | None, latest: datetime | None
 ) -> list[Offering]:
-    if days < 1:
-        raise OpsError("--days must be at least 1")
     # 1-day steps up to 14 days, then 7-day steps up to 182 days [CB-USE].
-    if days > 182 or (days > 14 and days % 7):
-        raise OpsError(f"--days {days}: blocks last 1-14 days, or a multiple of 7 days up to 182")
+    if days < 1 or days > 182 or (days > 14 and days % 7):
+        raise UsageError(f"--days {days}: blocks last 1-14 days, or a multiple of 7 days up to 182")
     params: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": count, "CapacityDurationHours": days * 24}
     if earliest:
         params["StartDateRange"] = earliest
@@ -129,7 +134,7 @@ def _confirm(ctx: Context, o: Offering, yes: bool) -> None:
     if yes:
         return
     if not ctx.interactive:
-        raise OpsError(
+        raise UsageError(
             "refusing to buy without confirmation: run in a terminal and type the offering id, "
             "or pass --yes-i-understand-no-refund"
         )
@@ -149,10 +154,11 @@ def purchase(ctx: Context, o: Offering, cluster_tag: dict[str, str]) -> dict[str
 
 
 def run(ctx: Context, args: Any) -> int:
-    earliest = parse_day(args.earliest) if args.earliest else None
-    latest = parse_day(args.latest) if args.latest else None
+    now = ctx.clock.now()
+    earliest = parse_day(args.earliest, "--earliest", now) if args.earliest is not None else None
+    latest = parse_day(args.latest, "--latest", now) if args.latest is not None else None
     if earliest and latest and latest <= earliest + timedelta(hours=args.days * 24):
-        raise OpsError(f"--latest must leave room for {args.days} days after --earliest")
+        raise UsageError(f"--latest must leave room for {args.days} days after --earliest")
     offerings = search(ctx, args.instance_type, args.count, args.days, earliest, latest)
     wanted = args.purchase or args.show
     if wanted and wanted not in {o.offering_id for o in offerings}:
@@ -185,13 +191,20 @@ def run(ctx: Context, args: Any) -> int:
         )
     if args.json:
         ctx.print(json.dumps(result, indent=2, sort_keys=True))
-        return 0 if offerings else 3
+        return exits.OK if offerings else exits.FAILED
     if chosen is None:  # no offerings (a --show id not among them was refused above)
         ctx.print(
             f"no Capacity Block offering for {args.count} x {args.instance_type} for {args.days} days "
             "in this range; try other dates, fewer instances or a shorter duration"
         )
-        return 3
+        return exits.FAILED
+    _print(ctx, offerings, chosen, reservation, result["snippet"])
+    return 0
+
+
+def _print(
+    ctx: Context, offerings: list[Offering], chosen: Offering, reservation: dict[str, Any] | None, snip: str
+) -> None:
     ctx.print(table(offerings).rstrip("\n"))
     ctx.print()
     if reservation:
@@ -204,8 +217,7 @@ def run(ctx: Context, args: Any) -> int:
             f"Stack-file snippet for {chosen.offering_id} (under gpu-cluster:cluster.capacity; "
             f"network.availability_zone must be {chosen.availability_zone}):"
         )
-    ctx.print(result["snippet"].rstrip("\n"))
+    ctx.print(snip.rstrip("\n"))
     if not reservation:
         ctx.print()
         ctx.print(f"Buy it with --purchase {chosen.offering_id}. {NO_REFUND}")
-    return 0

@@ -13,9 +13,12 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
+from clitools import exits
 from model.config import ClusterConfig
+from model.controller_move import LiveGroup, move_lookup, move_problem
 from model.preflight import (
     BlockFacts,
+    Finding,
     NameFacts,
     PreflightFacts,
     QuotaFacts,
@@ -24,6 +27,8 @@ from model.preflight import (
     path,
     quota_for,
 )
+from model.schedule import cluster_schedule
+from model.tags import BLOCK as BLOCK_TAG
 from model.tags import CLUSTER as CLUSTER_TAG
 from ops.aws import ACCESS_DENIED, OpsError, Session, describe_error, error_code
 
@@ -37,7 +42,7 @@ class _Lookup:
             return fn()
         except NoCredentialsError as err:
             # Nothing can be checked: one fatal line, not one per lookup.
-            raise OpsError(describe_error(err, "reading AWS")) from err
+            raise OpsError(describe_error(err, "reading AWS"), exits.UNREACHABLE) from err
         except (ClientError, BotoCoreError) as err:
             self.errors.append((where, f"could not check: {describe_error(err, action)}"))
             return None
@@ -170,7 +175,7 @@ def quota_facts(quotas: Any, instance_type: str) -> QuotaFacts | None:
 
 def gather(session: Session, cfg: ClusterConfig, now: datetime) -> PreflightFacts:
     if session.region is None:  # the stack's region: load_stack refuses a stack without one
-        raise OpsError("preflight: no AWS region to check in")
+        raise OpsError("preflight: no AWS region to check in", exits.USAGE)
     ec2, autoscaling = session.client("ec2"), session.client("autoscaling")
     lookup = _Lookup()
     blocks = cfg.capacity.capacity_blocks
@@ -216,3 +221,30 @@ def gather(session: Session, cfg: ClusterConfig, now: datetime) -> PreflightFact
         quota=quota,
         lookup_errors=tuple(lookup.errors),
     )
+
+
+def controller_move_findings(autoscaling: Any, cfg: ClusterConfig, now: datetime) -> list[Finding]:
+    """The program's live controller-move check (infra/preflight.py controller_move_problems):
+    the controller group and the host block's group in one DescribeAutoScalingGroups call,
+    judged by the same rule (model/controller_move.py), so preflight refuses the move
+    `pulumi up` would refuse, in the same words."""
+    lookup = move_lookup(cfg)
+    if lookup is None or any(b.start is None or b.end is None for b in cfg.capacity.capacity_blocks):
+        return []  # no block to move into, or no schedule yet (deploy_problems says so first)
+    try:
+        groups = autoscaling.describe_auto_scaling_groups(
+            AutoScalingGroupNames=[lookup.controller_asg, lookup.host_asg]
+        )["AutoScalingGroups"]
+    except NoCredentialsError as err:
+        raise OpsError(describe_error(err, "reading AWS")) from err
+    except (ClientError, BotoCoreError) as err:
+        action = "reading where the live controller runs"
+        return [Finding(path("controller", "block"), f"could not check: {describe_error(err, action)}")]
+    live = {
+        g["AutoScalingGroupName"]: LiveGroup(_tags(g.get("Tags")).get(BLOCK_TAG), int(g.get("DesiredCapacity", 0)))
+        for g in groups
+    }
+    problem = move_problem(
+        cfg, lookup, cluster_schedule(cfg, now), live.get(lookup.controller_asg), live.get(lookup.host_asg)
+    )
+    return [Finding(*problem)] if problem else []

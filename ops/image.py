@@ -8,12 +8,14 @@ applies to the SSM parameter and the program applies to the pinned AMI's name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from model import preflight
+from model.pins import CLOUDWATCH_AGENT_VERSION, PRODUCT, SLURM_SERIES
+from nodeside import bake
 from ops.aws import OpsError, call, error_code
 
 # Every catalog instance type (p4d, p4de, p5, p5e, p5en, p6-b200) has x86_64 CPUs;
@@ -32,6 +34,7 @@ class Image:
     creation_date: str
     architecture: str
     deprecation_time: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 def resolve_parameter(ssm: Any, parameter: str) -> str:
@@ -68,7 +71,46 @@ def describe_image(ec2: Any, ami_id: str) -> Image | None:
         creation_date=img.get("CreationDate", ""),
         architecture=img.get("Architecture", ""),
         deprecation_time=img.get("DeprecationTime"),
+        tags={t["Key"]: t.get("Value", "") for t in img.get("Tags", [])},
     )
+
+
+def stack_pins() -> dict[str, str]:
+    """The pins every node of this repository checks (cluster.env), as a bake records them."""
+    return {
+        "SLURM_SERIES": SLURM_SERIES,
+        "ENROOT_VERSION": PRODUCT.enroot_version,
+        "PYXIS_VERSION": PRODUCT.pyxis_version,
+        "DOWNLOAD_SHA256": PRODUCT.cluster_env(),
+        "CLOUDWATCH_AGENT_VERSION": CLOUDWATCH_AGENT_VERSION,
+    }
+
+
+def baked_record(img: Image) -> dict | None:
+    """What the image's tags say it was baked with (nodeside/bake.py), None: not baked."""
+    return bake.recorded_from_tags(img.tags)
+
+
+def manifest_problem(img: Image) -> tuple[preflight.Severity, str] | None:
+    """(severity, message) when the image's manifest tags disagree with the stack's pins
+    (an error: its nodes' step 20 refuses them) or it has none (a warning: a plain image
+    installs everything at boot)."""
+    recorded = baked_record(img)
+    if recorded is None:
+        return (
+            "warning",
+            f"{img.ami_id} is not a baked image (no GpuClusterImageManifest tag): every node installs Slurm, munge, "
+            "Enroot, Pyxis and the Lustre client at boot, minutes each through the NAT; bake one with "
+            "`python3 -m ops bake --stack <stack> --bucket <bucket>`",
+        )
+    problems = bake.pin_problems(recorded, stack_pins())
+    if problems:
+        return (
+            "error",
+            f"{img.ami_id} was baked for other pins ({'; '.join(problems)}): step 20 on its nodes refuses it; "
+            "bake a new image (`python3 -m ops bake`) and pin it",
+        )
+    return None
 
 
 def image_refusal(img: Image) -> str | None:

@@ -4,8 +4,8 @@
 reviewer sees which image a PR pins; `--fsx` reads the live file system and prints the
 `fsx.pinned` block (model/fsx_identity.py). Nothing is changed unless `--write` is
 given, and then only that key, by a text edit that keeps the file's comments
-(stackfile/edit.py). Exit status: 0 ok, 1 an AWS lookup failed (not found, access
-denied, ambiguous) or `--write` was refused, 2 the image is one the program refuses.
+(stackfile/edit.py). Exit status: 0 ok, 1 the image is one the program refuses, the
+file system is not found or ambiguous, or `--write` was refused, 3 an AWS lookup failed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from clitools import exits
 from model.config import parse_config
 from model.errors import ConfigError
 from model.fsx_identity import fsx_identity
@@ -118,7 +119,7 @@ def _fsx(ctx: Context, stack: Stack, file_system_id: str | None) -> tuple[dict[s
     return doc, text
 
 
-def _write(root: Path, stack: Stack, keys: list[str], lines: list[str], value: Any) -> str:
+def write_key(root: Path, stack: Stack, keys: list[str], lines: list[str], value: Any) -> str:
     file = stack_file(stack.name, root)
     before = file.read_text()
     try:
@@ -157,9 +158,9 @@ def run(ctx: Context, args: Any, stack: Stack) -> int:
     doc["written"] = []
     if args.write and ok:
         for keys, lines, value in writes:
-            doc["written"].append(_write(args.stack_dir, stack, keys, lines, value))
+            doc["written"].append(write_key(args.stack_dir, stack, keys, lines, value))
             if not args.json:
                 ctx.print(doc["written"][-1])
     if args.json:
         ctx.print(json.dumps(doc, indent=2))
-    return 0 if ok else 2
+    return exits.OK if ok else exits.FAILED

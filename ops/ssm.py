@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
+from clitools import exits
 from ops.aws import OpsError, call, error_code
 from ops.context import Context
 
@@ -48,7 +49,9 @@ def run_shell(
             inv = ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
         except ClientError as err:
             if error_code(err) != "InvocationDoesNotExist":
-                raise OpsError(f"reading SSM command {command_id} on {instance_id}: {error_code(err)}") from err
+                raise OpsError(
+                    f"reading SSM command {command_id} on {instance_id}: {error_code(err)}", exits.UNREACHABLE
+                ) from err
             inv = {"Status": "Pending"}
         status = inv["Status"]
         if status in TERMINAL:
@@ -62,7 +65,8 @@ def run_shell(
         if elapsed >= timeout:
             raise OpsError(
                 f"SSM command {command_id} ('{comment}') on {instance_id} still {status} after "
-                f"{timeout:.0f}s; is the SSM agent online? (aws ssm describe-instance-information)"
+                f"{timeout:.0f}s; is the SSM agent online? (aws ssm describe-instance-information)",
+                exits.UNREACHABLE,
             )
         ctx.progress(f"  ... '{comment}' on {instance_id}: {status} ({elapsed:.0f}s)")
         ctx.clock.sleep(poll)

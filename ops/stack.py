@@ -7,15 +7,15 @@ The stack file is read by the same strict reader as the offline plan writer
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from model.config import ClusterConfig, parse_config
 from model.errors import ConfigError
+from stackfile.engine import read_config, source_from_env
 from stackfile.errors import InputError
-from stackfile.location import stack_file
-from stackfile.reader import read_stack_file
 
 
 @dataclass(frozen=True)
@@ -25,15 +25,19 @@ class Stack:
     config: ClusterConfig
 
 
-def load_raw(stack: str, root: Path | None = None) -> tuple[Any, str | None]:
-    """(raw `gpu-cluster:cluster` object, `aws:region`) of the stack file in `root`
-    (default: the working directory, as `pulumi` looks there); InputError (one line per
-    problem) when the file cannot be read as a stack file."""
+def load_raw(stack: str, root: Path | None = None, source: str | None = None) -> tuple[Any, str | None]:
+    """(raw `gpu-cluster:cluster` object, `aws:region`) of the stack in `root` (default:
+    the working directory, as `pulumi` looks there), read as the engine assembles it
+    (stackfile/engine.py: `pulumi config` where a CLI is present, else the stack file and
+    Pulumi.yaml; `source` defaults to GPU_CLUSTER_CONFIG_SOURCE); InputError (one line per
+    problem) when the file cannot be read as a stack file. Notes go to stderr."""
     root = Path.cwd() if root is None else root
-    raw, region, _, problems = read_stack_file(stack_file(stack, root), root)
-    if problems:
-        raise InputError(problems)
-    return raw, region
+    cfg = read_config(stack, root, source=source or source_from_env())
+    for note in cfg.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if cfg.problems:
+        raise InputError(cfg.problems)
+    return cfg.raw, cfg.region
 
 
 def load_stack(stack: str, region: str | None = None, root: Path | None = None) -> Stack:

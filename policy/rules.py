@@ -54,6 +54,7 @@ TAGGED_TYPES = frozenset(
         "aws:ec2/eip:Eip",
         "aws:ec2/routeTable:RouteTable",
         "aws:ec2/vpcEndpoint:VpcEndpoint",
+        "aws:cloudwatch/logGroup:LogGroup",
     }
 )
 REQUIRED_TAGS = (node_tags.CLUSTER,)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from clitools.errors import UsageError
 
-class InputError(ValueError):
-    """Bad input: one line per problem, each naming the file, `--set` or `--out` first."""
 
-    def __init__(self, lines: list[str]):
-        self.lines = list(lines)
-        super().__init__("\n".join(self.lines))
+class InputError(UsageError):
+    """Bad input: one line per problem, each naming the file, `--set` or `--out` first.
+
+    Exit 2 (bad input) by the CLIs' table (clitools/exits.py), 3 when the file could not
+    be read at all (`code=exits.UNREACHABLE`)."""

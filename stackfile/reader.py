@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from clitools import exits, inputs
+from clitools.errors import CliError
 from model.containers import STACK_SECRET_PREFIX
 from model.paths import CONFIG_NAMESPACE, ROOT
 from stackfile.errors import InputError
@@ -17,6 +19,9 @@ from stackfile.tree import SECRET_PLACEHOLDER, is_secure, to_config_tree, type_n
 
 # Stack secrets outside the cluster object (`gpu-cluster:registry_password_*`) run as the same.
 PLAN_SECRET_VALUE = SECRET_PLACEHOLDER
+# A stack file is a few kilobytes; the bound keeps a device or a huge file from being
+# read into memory (a YAML alias bomb is bounded by to_config_tree's value count).
+MAX_STACK_FILE = 4 * inputs.MiB
 _USAGE = "a stack file is a mapping with `config:` holding `gpu-cluster:cluster:` (see Pulumi.dev.yaml)"
 
 
@@ -57,17 +62,22 @@ def _child(node: yaml.Node | None, key: str) -> yaml.Node | None:
 
 
 def _text(path: Path, name: str, root: Path) -> str:
+    """The file's text: a regular file of at most MAX_STACK_FILE bytes, UTF-8."""
     if not path.exists():
         stacks = ", ".join(stack_names(root)) or "none"
-        raise InputError([f"{name}: no such stack file; stacks here: {stacks} (pulumi stack init NAME, then copy one)"])
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
         raise InputError(
-            [f"{name}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start})"]
-        ) from None
-    except OSError as err:
-        raise InputError([f"{name}: cannot read: {err.strerror or err}"]) from None
+            [f"{name}: no such stack file; stacks here: {stacks} (pulumi stack init NAME, then copy one)"],
+            code=exits.UNREACHABLE,
+        )
+    try:
+        data = inputs.read_bytes(path, "stack file", MAX_STACK_FILE)
+    except CliError as err:
+        # inputs names the file by its path; a stack file is named as the reader names it
+        raise InputError([f"{name}: {line.split(': ', 1)[-1]}" for line in err.lines], code=err.code) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError([f"{name}: not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start})"]) from None
 
 
 def _document(text: str, name: str) -> tuple[yaml.Node | None, Any]:
@@ -158,10 +168,13 @@ def load_stack_secrets(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     PLAN_SECRET_VALUE. A plain value is passed as plain config, so the plan fails on it
     exactly as `pulumi up` would (infra/stack.py wants it stored with --secret).
     """
-    doc = yaml.load(path.read_text(), Loader=StackLoader) or {}
+    doc = yaml.load(_text(path, path.name, path.parent), Loader=StackLoader) or {}
+    if not isinstance(doc, dict):
+        return {}, {}
     secret: dict[str, str] = {}
     plain: dict[str, str] = {}
-    for key, value in (doc.get("config") or {}).items():
+    config = doc.get("config")
+    for key, value in (config if isinstance(config, dict) else {}).items():
         if not key.startswith(f"{CONFIG_NAMESPACE}:{STACK_SECRET_PREFIX}"):
             continue
         if isinstance(value, dict) and "secure" in value:

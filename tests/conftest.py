@@ -1,4 +1,7 @@
-"""Shared pytest wiring: the one switch that rewrites golden files on purpose."""
+"""Shared pytest wiring: the one switch that rewrites golden files on purpose, and the
+directory where content-keyed results are kept between runs."""
+
+from pathlib import Path
 
 import pytest
 
@@ -15,3 +18,59 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def shellcheck_cache(request) -> Path | None:
+    """Passing shellcheck runs kept by the hash of their input (tests/support/shellcheck.py);
+    None when pytest's cache is off (`-p no:cacheprovider`): everything is checked."""
+    cache = getattr(request.config, "cache", None)
+    return Path(cache.mkdir("shellcheck")) if cache is not None else None
+
+
+@pytest.fixture(scope="session")
+def render_cache(request) -> Path | None:
+    """The plan writer's renders kept by the hash of their inputs (offline/review.py
+    `cached_render`): the review-diff tests and the plan CLI tests share them, and an
+    unchanged tree is not rendered again in the next run (`pytest --cache-clear` empties
+    it). None when pytest's cache is off: everything is rendered."""
+    cache = getattr(request.config, "cache", None)
+    return Path(cache.mkdir("review-renders")) if cache is not None else None
+
+
+# --- longest modules first ---------------------------------------------------------------
+# `make check` spreads whole modules over the cores (xdist --dist loadscope: a module's
+# fixtures are built once). A long module handed out last keeps one core busy while the
+# other idles, so modules run longest first, by their seconds in the last run (pytest's
+# cache; a module not seen yet keeps its place after the known ones).
+MODULE_SECONDS = "gpu-cluster/module-seconds"
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    cache = getattr(config, "cache", None)
+    seconds = cache.get(MODULE_SECONDS, {}) if cache is not None else {}
+    if not seconds:
+        return
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(_module(item.nodeid), i)
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda it: (-seconds.get(_module(it.nodeid), 0.0), first[_module(it.nodeid)], order[id(it)]))
+
+
+_SPENT: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _SPENT[_module(report.nodeid)] = _SPENT.get(_module(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    cache = getattr(session.config, "cache", None)
+    if cache is None or hasattr(session.config, "workerinput") or not _SPENT:
+        return  # an xdist worker: the controller saw every report and writes once
+    cache.set(MODULE_SECONDS, {**cache.get(MODULE_SECONDS, {}), **{m: round(s, 2) for m, s in _SPENT.items()}})

@@ -23,6 +23,11 @@ VALIDATION_CLI = f"{BIN}/gpu-cluster-validation"
 # Slurm's HealthCheckProgram (nodeside/health.py) and the training launcher (nodeside/run.py).
 HEALTH_PROGRAM = f"{BIN}/gpu-cluster-health"
 RUN_LAUNCHER = f"{BIN}/gpu-cluster-run"
+# The controller's repair agent (nodeside/repair.py), in lib/ beside the AWS client it imports.
+REPAIR_PROGRAM = f"{LIB}/repair.py"
+# The controller's deep DCGM runs on idle nodes (nodeside/dcgm_idle.py), beside repair.py it imports;
+# its `run` half runs on the node under test, inside the run's reservation.
+DCGM_IDLE_PROGRAM = f"{LIB}/dcgm_idle.py"
 VALIDATION_JOB = f"{VALIDATION}/first-boot.sbatch"
 CLUSTER_ENV = f"{ETC}/cluster.env"
 # The one file a local node may have that an EC2 node never has (the documented swaps).
@@ -36,6 +41,8 @@ SLURM_CONF_TEMPLATE = f"{TEMPLATES}/slurm.conf"
 PYXIS_CONF_TEMPLATE = f"{TEMPLATES}/pyxis.conf"
 SLURMD_DEFAULT_TEMPLATE = f"{TEMPLATES}/slurmd.default"  # -> /etc/default/slurmd
 JOB_TEMPLATES = f"{TEMPLATES}/jobs"
+TOPOLOGY_CONF_TEMPLATE = f"{TEMPLATES}/topology.conf"  # -> /etc/slurm/topology.conf until the first refresh
+TOPOLOGY_PROGRAM = f"{LIB}/topology.py"  # the controller's refresh (nodeside/topology.py)
 CHECK_SLURMD_C = f"{LIB}/check-slurmd-c.sh"
 SLURM_ETC = "/etc/slurm"
 PLUGSTACK_CONF = f"{SLURM_ETC}/plugstack.conf"
@@ -73,9 +80,51 @@ LOCAL_STATUS = f"{STATE_DIR}/status"
 # under a `record` pin (model/pins.py).
 IMAGE_DIR = "/var/lib/gpu-cluster-image"
 DOWNLOAD_RECORD = f"{IMAGE_DIR}/downloads.sha256"
+# A baked image's manifest (nodeside/bake.py) and, beside it, manifest.json.sha256.
+IMAGE_MANIFEST = f"{IMAGE_DIR}/manifest.json"
+BAKE_PROGRAM = f"{BIN}/gpu-cluster-bake"
+# How an image is baked, on an EC2 build instance (ops bake) and in a lane root alike:
+# the very step 20 every node runs, in bake mode, then the bake's node state removed.
+# NEEDRESTART_SUSPEND: needrestart's apt hook must not restart the services the bake
+# itself runs under (cloud-final on EC2; the host's, seen through a lane's chroot) [NEEDRESTART].
+BAKE_COMMAND = ("GPU_CLUSTER_BAKE=1", "NEEDRESTART_SUSPEND=1", ENTRY_POINT, "--only", "packages")
+BAKE_CLEAN = (BAKE_PROGRAM, "clean")
+# What this node booted from (manifest sha256, kernel), written by step 20 and put in
+# the status marker by the entry point: `ops status` compares it with the pinned image.
+NODE_IMAGE_ENV = f"{STATE_DIR}/image.env"
+# boto3 for the controller's agents (nodeside/aws_client.py): its own virtualenv, part of
+# the image (a bake installs it; it is not this node's state), with the hash-pinned
+# versions of the requirements file step 20 installs from.
+AWS_VENV = "/opt/gpu-cluster-aws"
+AWS_PYTHON = f"{AWS_VENV}/bin/python3"
+AWS_REQUIREMENTS = f"{TEMPLATES}/aws-requirements.txt"
+AWS_CLIENT = f"{LIB}/aws_client.py"
 # The health program's memory between runs: where it stopped reading the XID source and
 # the XID faults still outstanding (a new instance starts without any).
 HEALTH_STATE = f"{STATE_DIR}/health-state.json"
+
+# --- accounting and users (only with `accounting`; userdata/accounting_files.py) -------
+SLURMDBD_CONF_TEMPLATE = f"{TEMPLATES}/slurmdbd.conf"  # placeholders: no secret
+SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"  # filled on the controller, root 0600
+USERS_CONF = f"{ETC}/users.conf"  # the stack's users (model/users.py users_conf)
+# Controller programs (stdlib Python; the secret read uses boto3 where it runs on AWS).
+SLURMDBD_CONF_PROGRAM = f"{BIN}/gpu-cluster-slurmdbd-conf"
+ACCOUNTING_SYNC = f"{BIN}/gpu-cluster-accounting-sync"
+
+# --- logs and metrics in CloudWatch (`logs`; userdata/cloudwatch_agent.py) ---------------
+# The agent's configuration as rendered (placeholders @NODE_NAME@ and @INSTANCE_ID@); step
+# 25 fills them into the agent's own directory. The controller's adds its daemons' logs
+# and the validation reports (the agent's append-config).
+CLOUDWATCH_AGENT_NODE_CONFIG = f"{TEMPLATES}/cloudwatch-agent-node.json"
+CLOUDWATCH_AGENT_CONTROLLER_CONFIG = f"{TEMPLATES}/cloudwatch-agent-controller.json"
+CLOUDWATCH_AGENT_HOME = "/opt/aws/amazon-cloudwatch-agent"  # where the .deb installs it
+CLOUDWATCH_AGENT_CTL = f"{CLOUDWATCH_AGENT_HOME}/bin/amazon-cloudwatch-agent-ctl"
+CLOUD_INIT_OUTPUT_LOG = "/var/log/cloud-init-output.log"
+SLURMCTLD_LOG = "/var/log/slurm/slurmctld.log"
+SLURMD_LOG = "/var/log/slurm/slurmd.log"
+SLURMDBD_LOG = "/var/log/slurm/slurmdbd.log"
+# The controller's metrics program (boto3: GPU_CLUSTER_AWS_PYTHON), run by its agent loop.
+CLUSTER_METRICS_PROGRAM = f"{LIB}/cluster_metrics.py"
 
 # --- the stack's hook (hooks.on_node_ready); shipped only when the stack sets one ------
 HOOKS = f"{HOME}/hooks"
@@ -106,6 +155,11 @@ def hook_markers(cluster: str) -> str:
 def health_records(cluster: str) -> str:
     """The health program's last run per node (`<node>.json`), read by `ops status`."""
     return f"{fsx_root(cluster)}/health"
+
+
+def repair_records(cluster: str) -> str:
+    """The repair agent's state.json and history.jsonl (nodeside/repair.py)."""
+    return f"{fsx_root(cluster)}/repair"
 
 
 def validation_results(cluster: str) -> str:

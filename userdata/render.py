@@ -34,7 +34,10 @@ import yaml
 from model import pins
 from model.catalog import InstanceSpec
 from model.registries import RegistryAccess
+from model.slurm import partition_lines
 from userdata import layout, slurm_conf, templating
+from userdata.accounting_files import AccountingEndpoint, accounting_env, accounting_files, accounting_settings
+from userdata.cloudwatch_agent import agent_env, cloudwatch_files, logs_env
 from userdata.registries import registry_env, registry_files
 from userdata.validation_files import validation_files
 
@@ -78,6 +81,7 @@ _PLACED = {
     "conf/enroot-tmpfiles.conf": f"{layout.TEMPLATES}/enroot-tmpfiles.conf",
     "conf/needrestart.conf": f"{layout.TEMPLATES}/needrestart.conf",
     "conf/unattended-upgrades.conf": f"{layout.TEMPLATES}/unattended-upgrades.conf",
+    "conf/aws-requirements.txt": layout.AWS_REQUIREMENTS,
     "system/limits-memlock.conf": layout.LIMITS_FILE,
     "system/gpu-cluster-munge-responder.service": f"{layout.SYSTEMD_DIR}/gpu-cluster-munge-responder.service",
     "system/per-boot.sh": layout.PER_BOOT_SCRIPT,
@@ -115,14 +119,18 @@ def cluster_env(
     registries: RegistryAccess | None = None,
     block_ends_uri: str = "",
     region: str = "",
+    accounting: AccountingEndpoint | None = None,
 ) -> str:
     """/etc/gpu-cluster/cluster.env: every setting the steps read, shell-quoted.
 
     Nothing per node and nothing depending on the node count (that comes from the
     GpuClusterNodes tag at boot)."""
-    values = _base_env(cfg, spec, fsx) + _install_env(cfg, spec) + health_env(cfg, spec)
+    values = (
+        _base_env(cfg, spec, fsx) + _install_env(cfg, spec) + health_env(cfg, spec) + repair_env(cfg) + dcgm_env(cfg)
+    )
     values += block_ends_env(block_ends_uri, region)
-    values += hook_env(cfg) + controller_env(cfg)
+    values += hook_env(cfg) + controller_env(cfg) + accounting_env(cfg, accounting)
+    values += topology_env(cfg) + logs_env(cfg)
     if registries is not None:
         values += registry_env()
     lines = [
@@ -177,10 +185,15 @@ def _install_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
         ("PYXIS_URL", PYXIS_URL),
         ("DOWNLOAD_SHA256", pins.PRODUCT.cluster_env()),
         ("DOWNLOAD_RECORD", layout.DOWNLOAD_RECORD),
+        ("IMAGE_MANIFEST", layout.IMAGE_MANIFEST),
         ("NEEDRESTART_DROPIN", layout.NEEDRESTART_DROPIN),
         ("UNATTENDED_UPGRADES_DROPIN", layout.UNATTENDED_UPGRADES_DROPIN),
+        ("GPU_CLUSTER_AWS_PYTHON", layout.AWS_PYTHON),
+        ("AWS_VENV", layout.AWS_VENV),
+        ("AWS_REQUIREMENTS", layout.AWS_REQUIREMENTS),
         ("PYXIS_SO", layout.PYXIS_PLUGIN),
         ("PYXIS_CONF_TEMPLATE", layout.PYXIS_CONF_TEMPLATE),
+        *agent_env(),
         ("FSX_CLIENT_KEY_URL", FSX_CLIENT_KEY_URL),
         ("FSX_CLIENT_REPO", FSX_CLIENT_REPO),
         ("NVME_MOUNT", layout.NVME_MOUNT),
@@ -201,6 +214,14 @@ def _install_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
 BLOCK_ENDS_INTERVAL = 300
 
 
+# The controller's topology refresh (lib/topology.sh): a newcomer whose network nodes EC2
+# does not report yet is asked about again after TOPOLOGY_RETRY s (for 15 minutes after a
+# change); otherwise the whole topology is read again every TOPOLOGY_INTERVAL s, a few
+# hundred DescribeInstanceTopology calls a day at most.
+TOPOLOGY_RETRY = 60
+TOPOLOGY_INTERVAL = 1800
+
+
 def block_ends_env(uri: str, region: str) -> list[tuple[str, object]]:
     """cluster.env lines of the published block ends (model/block_ends.py), read by the
     controller's agent loop (lib/block-end.sh block_end_fetch); none without a URI
@@ -215,6 +236,20 @@ def controller_env(cfg) -> list[tuple[str, object]]:
     dedicated): it runs slurmctld only, no slurmd, no job runtime (steps 50, 60, 80, 85).
     Only then, so a stack with the default placement gets the same bytes as before."""
     return [("CONTROLLER_DEDICATED", 1)] if cfg.controller.dedicated else []
+
+
+def topology_env(cfg) -> list[tuple[str, object]]:
+    """cluster.env: the topology plugin and the controller's refresh (lib/topology.sh);
+    nothing with `slurm.topology: none`."""
+    if cfg.slurm.topology == "none":
+        return []
+    return [
+        ("TOPOLOGY_PLUGIN", cfg.slurm.topology),
+        ("TOPOLOGY_CONF", f"{layout.SLURM_ETC}/topology.conf"),
+        ("TOPOLOGY_TEMPLATE", layout.TOPOLOGY_CONF_TEMPLATE),
+        ("TOPOLOGY_RETRY", TOPOLOGY_RETRY),
+        ("TOPOLOGY_INTERVAL", TOPOLOGY_INTERVAL),
+    ]
 
 
 def hook_env(cfg) -> list[tuple[str, object]]:
@@ -241,6 +276,15 @@ def hook_files(cfg) -> dict[str, str]:
     return {layout.ON_NODE_READY: hook.text}
 
 
+def switches_values(cfg) -> dict[str, object]:
+    """The templates' `--switches=1@HH:MM:SS` (sbatch's wait time format), or none without
+    a topology or a wait."""
+    minutes = cfg.slurm.switches_wait_minutes
+    if cfg.slurm.topology == "none" or minutes == 0:
+        return {"switches": False, "switches_wait": ""}
+    return {"switches": True, "switches_wait": f"{minutes // 60:02d}:{minutes % 60:02d}:00"}
+
+
 def job_templates(cfg, spec: InstanceSpec) -> dict[str, str]:
     """Users' job templates, rendered for the instance type (step 90 copies them to /fsx/jobs)."""
     values = {
@@ -251,6 +295,7 @@ def job_templates(cfg, spec: InstanceSpec) -> dict[str, str]:
         "cpus_per_task": spec.cpus_per_gpu,
         "job_dir": layout.FSX_JOBS,
         "run_launcher": layout.RUN_LAUNCHER,
+        **switches_values(cfg),
     }
     out = {}
     for path in sorted((templating.TEMPLATE_ROOT / "jobs").glob("*.j2")):
@@ -279,9 +324,24 @@ def boot_files() -> dict[str, str]:
     return out
 
 
-# Stdlib Python programs shipped verbatim (their repository copy is what runs; tests
-# import them as modules): the health program and the training launcher.
-_PROGRAMS = {"health.py": layout.HEALTH_PROGRAM, "run.py": layout.RUN_LAUNCHER}
+# Python shipped verbatim (their repository copy is what runs; tests import them as
+# modules): the health program, the training launcher and the image manifest program
+# (stdlib only), the controller agents' AWS client and repair agent (run with the node's
+# boto3, GPU_CLUSTER_AWS_PYTHON), the controller's accounting programs (the secret
+# read uses that client), the topology refresh (the node's boto3 too), and the deep DCGM
+# runs on idle nodes (stdlib only).
+_PROGRAMS = {
+    "health.py": layout.HEALTH_PROGRAM,
+    "run.py": layout.RUN_LAUNCHER,
+    "bake.py": layout.BAKE_PROGRAM,
+    "aws_client.py": layout.AWS_CLIENT,
+    "repair.py": layout.REPAIR_PROGRAM,
+    "slurmdbd_conf.py": layout.SLURMDBD_CONF_PROGRAM,
+    "accounting_sync.py": layout.ACCOUNTING_SYNC,
+    "dcgm_idle.py": layout.DCGM_IDLE_PROGRAM,
+    "topology.py": layout.TOPOLOGY_PROGRAM,
+    "cluster_metrics.py": layout.CLUSTER_METRICS_PROGRAM,
+}
 
 
 def program_files() -> dict[str, str]:
@@ -303,11 +363,40 @@ def health_env(cfg, spec: InstanceSpec) -> list[tuple[str, object]]:
         ("HEALTH_NVME_MOUNT", layout.NVME_MOUNT if spec.local_nvme_gb else ""),
         ("HEALTH_NVME_MIN_FREE_PERCENT", health.nvme_min_free_percent),
         ("HEALTH_CLOCK_MAX_OFFSET_MS", health.clock_max_offset_ms),
+        ("HEALTH_CLOCK_REFERENCE", health.clock_reference),
         ("HEALTH_DCGM_LEVEL1", int(health.dcgm_level1)),
         ("HEALTH_XID_SOURCE", "kernel"),
         ("HEALTH_RECORDS", layout.health_records(cfg.name)),
         ("HEALTH_STATE", layout.HEALTH_STATE),
         ("HEALTH_BOOT_STATUS", layout.LOCAL_STATUS),
+    ]
+
+
+def repair_env(cfg) -> list[tuple[str, object]]:
+    """cluster.env: the controller's repair agent (nodeside/repair.py, lib/repair.sh)."""
+    repair = cfg.repair
+    return [
+        ("REPAIR_POLICY", repair.policy),
+        ("REPAIR_MAX_PER_HOUR", repair.max_replacements_per_hour),
+        ("REPAIR_MAX_OUT", repair.max_nodes_out),
+        ("REPAIR_REPEAT_WINDOW_MINUTES", repair.repeat_window_minutes),
+        ("REPAIR_RESET_GRACE_MINUTES", repair.reset_grace_minutes),
+        ("REPAIR_JOB_GRACE_MINUTES", repair.job_grace_minutes),
+        ("REPAIR_PROGRAM", layout.REPAIR_PROGRAM),
+    ]
+
+
+def dcgm_env(cfg) -> list[tuple[str, object]]:
+    """cluster.env: the controller's deep DCGM runs on idle nodes (nodeside/dcgm_idle.py, lib/dcgm.sh);
+    level 0 (off) also when the health program is off."""
+    d = cfg.health.dcgm_idle
+    return [
+        ("DCGM_IDLE_LEVEL", d.level if cfg.health.enabled else 0),
+        ("DCGM_IDLE_EVERY_HOURS", d.every_hours),
+        ("DCGM_IDLE_MINUTES", d.idle_minutes),
+        ("DCGM_IDLE_MAX_NODES", d.max_nodes),
+        ("DCGM_IDLE_TIME_LIMIT_MINUTES", d.limit_minutes()),
+        ("DCGM_IDLE_PROGRAM", layout.DCGM_IDLE_PROGRAM),
     ]
 
 
@@ -325,6 +414,7 @@ def validation_ctx(cfg, spec: InstanceSpec) -> dict:
         "container_image": cfg.validation.container_image,
         "time_limit_minutes": cfg.validation.time_limit_minutes,
         "baseline_margin": cfg.validation.baseline_margin,
+        "level_margin": cfg.validation.level_margin,
     }
 
 
@@ -336,6 +426,7 @@ def node_files(
     registries: RegistryAccess | None = None,
     block_ends_uri: str = "",
     region: str = "",
+    accounting: AccountingEndpoint | None = None,
 ) -> dict[str, bytes]:
     """Every file a node gets, keyed by absolute path, in sorted order.
 
@@ -357,10 +448,17 @@ def node_files(
             cgroup_plugin=cgroup_plugin,
             default_time_minutes=cfg.slurm.default_time_minutes,
             health=cfg.health,
+            accounting=accounting_settings(cfg.accounting.priority) if cfg.accounting.enabled else None,
+            custom=[(k, str(v)) for k, v in cfg.slurm.custom_settings.items()],
+            more_partitions=partition_lines(cfg.slurm),
+            topology=cfg.slurm.topology,
+            switches_wait_minutes=cfg.slurm.switches_wait_minutes,
         ),
+        accounting_files(cfg, accounting),
+        cloudwatch_files(cfg),
         program_files(),
         validation_files(validation_ctx(cfg, spec)),
-        {layout.CLUSTER_ENV: cluster_env(cfg, spec, fsx, registries, block_ends_uri, region)},
+        {layout.CLUSTER_ENV: cluster_env(cfg, spec, fsx, registries, block_ends_uri, region, accounting)},
         registry_files(registries) if registries is not None else {},
     )
     for source in sources:
@@ -453,6 +551,7 @@ def render_userdata(
     registries: RegistryAccess | None = None,
     block_ends_uri: str = "",
     region: str = "",
+    accounting: AccountingEndpoint | None = None,
 ) -> NodeFiles:
     """User data for every node of `cfg` on `spec` (see module doc and docs/node-contract.md).
 
@@ -466,6 +565,8 @@ def render_userdata(
     block_ends_uri: where the program publishes the block ends (`s3://bucket/key`, or
     `file:///path` locally; model/block_ends.py), in the S3 bucket's `region`; "" (no
     Capacity Blocks): the nodes rely on their GpuClusterBlockEnd tags alone.
+    accounting: the database slurmdbd uses (userdata/accounting_files.py); required
+    with `accounting.enabled`.
     """
     files = node_files(
         cfg,
@@ -475,6 +576,7 @@ def render_userdata(
         registries=registries,
         block_ends_uri=block_ends_uri,
         region=region,
+        accounting=accounting,
     )
     inline = {path: files[path] for path in INLINE_FILES}
     tar = payload_tar({p: c for p, c in files.items() if p not in inline})

@@ -15,6 +15,8 @@ ctx keys (plain values, e.g. from the stack config and model/catalog.py):
   container_image     str   Pyxis image for the in-container check ("" skips that step)
   time_limit_minutes  int   Slurm time limit of the job
   baseline_margin     float drop against the baseline that turns a run NO-GO (e.g. 0.10)
+  level_margin        float drop of a topology level's median against the same-leaf median
+                            that flags the level (e.g. 0.10)
 
 Only the job (first-boot.sbatch: its #SBATCH lines must be literal) is rendered from a
 template; the gate, its CLI, the container benchmark and the Python programs ship verbatim
@@ -30,10 +32,12 @@ Rendering is byte-stable: no timestamps; the run id is made on the node at run t
 from __future__ import annotations
 
 import ast
+import functools
 import json
 
 from model.catalog import CATALOG
-from nodeside.verdict import INSTANCE_TYPES_FILE, thresholds
+from model.version import VERSION
+from nodeside.verdict import INSTANCE_TYPES_FILE, VERSION_FILE, thresholds
 from userdata import layout, templating
 
 # What config.json on the node carries at its top level (validation_report.py reads it).
@@ -49,6 +53,7 @@ REPORTED = (
     "container_image",
     "time_limit_minutes",
     "baseline_margin",
+    "level_margin",
 )
 REQUIRED = (*REPORTED, "cpus_per_gpu")
 # reference sweeps: 2 nodes 8 B..16 GiB, factor 2, one GPU per rank, check on, 50 iterations;
@@ -71,6 +76,7 @@ _PYTHON = {
     "validation/torch_comm_bench.py": f"{layout.VALIDATION}/torch_comm_bench.py",
     "verdict.py": f"{layout.LIB}/verdict.py",
     "validation_report.py": f"{layout.LIB}/validation_report.py",
+    "pair_topology.py": f"{layout.LIB}/pair_topology.py",
 }
 
 
@@ -138,9 +144,12 @@ def instance_types_json() -> str:
     return json.dumps(table, indent=2, sort_keys=True) + "\n"
 
 
+@functools.lru_cache(maxsize=16)
 def compact_python(source: str, origin: str) -> str:
     """The same program without docstrings and comments: the repository copy is the
-    documented one, the node copy is what the nodes download."""
+    documented one, the node copy is what the nodes download. Kept per source text: the
+    parse and unparse were a third of a whole program run, and every run renders the same
+    few files."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -168,6 +177,9 @@ def validation_files(ctx: dict) -> dict[str, str]:
         layout.VALIDATION_JOB: _render("first-boot.sbatch.j2", job_values(ctx)),
         f"{layout.VALIDATION}/config.json": config_json(ctx),
         f"{layout.LIB}/{INSTANCE_TYPES_FILE}": instance_types_json(),
+        # What every node program's --version prints (gpu-cluster-health and
+        # gpu-cluster-run read it from ../lib beside their bin/).
+        f"{layout.LIB}/{VERSION_FILE}": VERSION + "\n",
     }
     out.update({dest: templating.verbatim(rel) for rel, dest in _VERBATIM.items()})
     for rel, dest in _PYTHON.items():

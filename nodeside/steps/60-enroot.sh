@@ -18,9 +18,9 @@ nvme_ready() { mountpoint -q "$NVME_MOUNT"; }
 main() {
   local base="$NVME_MOUNT/enroot" t="$GPU_CLUSTER_HOME/templates"
   load_identity
-  # A dedicated controller (a CPU instance, no instance store) runs no jobs: no
-  # container runtime to configure, and no NVMe to wait for.
-  if ! runs_slurmd; then skip "Enroot runtime (dedicated controller: runs no jobs)"; return 0; fi
+  # A dedicated controller or a login node (CPU instances, no instance store) runs no
+  # jobs: no container runtime to configure, and no NVMe to wait for.
+  if ! runs_slurmd; then skip "Enroot runtime ($NODE_ROLE without slurmd: runs no jobs)"; return 0; fi
   if ((NVME_WAIT > 0)) && [[ -d $NVME_MOUNT ]] && ! nvme_ready; then
     # The DLAMI assembles and mounts the instance-store RAID by a unit that may still run.
     wait_until "$NVME_WAIT" "local NVMe to be mounted on $NVME_MOUNT" nvme_ready || true

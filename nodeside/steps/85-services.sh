@@ -14,23 +14,24 @@ main() {
   load_identity
   if runs_slurmd; then services+=(slurmd); fi
   if is_controller; then services+=(slurmctld); fi
+  if is_controller && [[ ${ACCOUNTING_ENABLED:-0} == 1 ]]; then services+=(slurmdbd); fi
+  svc enable "${services[@]}"
   for s in "${services[@]}"; do
-    svc enable "$s"
     svc active "$s" || die "$s is not running"
   done
   # Debian's and Ubuntu's slurmctld package enables its unit at install: on a worker it
   # would start at the next boot and fail (not the SlurmctldHost), leaving systemd degraded.
   if ! is_controller && [[ $GPU_CLUSTER_SERVICE_MANAGER == systemd ]] &&
-    systemctl is-enabled --quiet slurmctld 2>/dev/null; then
-    systemctl disable --quiet slurmctld
+    svc_enabled slurmctld; then
+    svc_disable slurmctld
     log "disabled slurmctld (enabled by its package; this node is a worker)"
   fi
-  # Likewise slurmd on a dedicated controller: started at boot it would register the
-  # controller as a node and take jobs.
+  # Likewise slurmd on a dedicated controller or a login node: started at boot it would
+  # register the node and take jobs.
   if ! runs_slurmd && [[ $GPU_CLUSTER_SERVICE_MANAGER == systemd ]] &&
-    systemctl is-enabled --quiet slurmd 2>/dev/null; then
-    systemctl disable --quiet slurmd
-    log "disabled slurmd (enabled by its package; this node is a dedicated controller)"
+    svc_enabled slurmd; then
+    svc_disable slurmd
+    log "disabled slurmd (enabled by its package; this node ($NODE_ROLE) takes no jobs)"
   fi
   log "running and enabled: ${services[*]}"
 }

@@ -61,18 +61,28 @@ report() { python3 "$LIB/validation_report.py" --config "$CONFIG" --run "$RUN" "
 skip() { report skip --step "$1" --nodes "$2" --kind "$3" --reason "$4"; }
 have_time() { [ $(( BUDGET - SECONDS )) -ge "$1" ]; }
 
+# The current pair's topology level (`plan`'s LEVEL, `-` unknown) and, for a re-test,
+# the suspect pair it measures again: recorded with each step of the pair.
+PAIR_LEVEL=- PAIR_RETEST=""
+placed() {
+  [ "$PAIR_LEVEL" = - ] || printf -- '--level\n%s\n' "$PAIR_LEVEL"
+  [ -z "$PAIR_RETEST" ] || printf -- '--retest-of\n%s\n' "$PAIR_RETEST"
+}
+
 # run_step STEP NODES KIND TIMEOUT LOG -- command...: bounded run, then the verdict
 run_step() {
-  local step=$1 nodes=$2 kind=$3 limit=$4 out=$5
+  local step=$1 nodes=$2 kind=$3 limit=$4 out=$5 where
   shift 6
+  mapfile -t where < <(placed)
   if ! have_time "$limit"; then
-    skip "$step" "$nodes" "$kind" "job time budget exhausted before this step"
+    report skip --step "$step" --nodes "$nodes" --kind "$kind" "${where[@]}" \
+      --reason "job time budget exhausted before this step"
     return 1
   fi
-  log "start $step $nodes $kind"
+  log "start $step $nodes $kind ${where[*]}"
   timeout --kill-after=30 "$limit" "$@" </dev/null >>"$out" 2>&1 ||
     echo "gate: command exit status $? (124: killed after ${limit}s)" >>"$out"
-  report check --step "$step" --nodes "$nodes" --kind "$kind" --log "$out"
+  report check --step "$step" --nodes "$nodes" --kind "$kind" "${where[@]}" --log "$out"
 }
 
 testdir() {
@@ -88,11 +98,12 @@ node_addr() {
 }
 
 host_pair() {
-  local a=$1 b=$2 kind=$3 dir=$4 libs=$5 ok=0 coll
+  local a=$1 b=$2 kind=$3 dir=$4 libs=$5 tag=${6:-} ok=0 coll log
   for coll in all_reduce alltoall; do
-    echo "# ${coll}_perf ${SWEEP[*]} on $a,$b ($kind)" >"$LOGS/$coll-$a-$b.log"
+    log="$LOGS/$coll-$a-$b$tag.log"
+    echo "# ${coll}_perf ${SWEEP[*]} on $a,$b ($kind)" >"$log"
     # --export=ALL,...: a bare list drops PATH [SRUN]; no NCCL_NET or IB variables on EFA
-    run_step "$coll" "$a,$b" "$kind" "$T_NCCL" "$LOGS/$coll-$a-$b.log" -- \
+    run_step "$coll" "$a,$b" "$kind" "$T_NCCL" "$log" -- \
       srun -N 2 -w "$a,$b" --ntasks-per-node="$TASKS" --cpus-per-task="$CPT" --gres="gpu:$GPUS" \
       --mpi=pmix --export="ALL,LD_LIBRARY_PATH=$libs,NCCL_DEBUG=INFO" \
       "$dir/${coll}_perf" "${SWEEP[@]}" || ok=1
@@ -175,17 +186,24 @@ gpu_steps() {
   sinfo -h -N -n "$nodes" -o '%N %f' >"$LOGS/features.txt"
   report plan --nodes "$nodes" --features "$LOGS/features.txt" >"$LOGS/pairs.txt"
   # fd 3: srun forwards stdin to its tasks and would eat the pair list
-  while read -r a b kind <&3; do
+  while read -r a b kind PAIR_LEVEL <&3; do
     if host_pair "$a" "$b" "$kind" "$dir" "$libs"; then
-      passed+=("$a:$b:$kind")
+      passed+=("$a|$b|$kind|$PAIR_LEVEL")
     fi
   done 3<"$LOGS/pairs.txt"
+  # Outlier and failed pairs: each of their nodes once more with a partner that measured
+  # well, so the one bad node is named, not both (validation_report.py retest-plan).
+  report retest-plan >"$LOGS/retests.txt"
+  while read -r a b kind PAIR_LEVEL PAIR_RETEST <&3; do
+    host_pair "$a" "$b" "$kind" "$dir" "$libs" "-retest" || true
+  done 3<"$LOGS/retests.txt"
+  PAIR_LEVEL=- PAIR_RETEST=""
   if [ "${#passed[@]}" -eq 0 ]; then
     skip torch_all_reduce "$nodes" "" "host nccl-tests failed on every pair"
     skip pingpong "$nodes" "" "host nccl-tests failed on every pair"
     return 0
   fi
-  IFS=: read -r a b kind <<<"${passed[0]}"
+  IFS='|' read -r a b kind PAIR_LEVEL <<<"${passed[0]}"
   if [ -z "$IMAGE" ]; then
     skip torch_all_reduce "$a,$b" "$kind" "no container_image configured"
   elif ! srun --help 2>&1 | grep -q -- '--container-image'; then
@@ -201,7 +219,7 @@ gpu_steps() {
     return 0
   fi
   for pair in "${passed[@]}"; do
-    IFS=: read -r a b kind <<<"$pair"
+    IFS='|' read -r a b kind PAIR_LEVEL <<<"$pair"
     pingpong_pair "$a" "$b" "$kind" "$pp" || true
   done
 }

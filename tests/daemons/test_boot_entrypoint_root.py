@@ -112,7 +112,7 @@ def test_identity_pins_ipv4_and_writes_identity(box, imds, monkeypatch):
     "key,value,reason",
     [
         ("GpuClusterName", "other", "GpuClusterName tag is 'other' but this user data belongs to cluster 'demo'"),
-        ("GpuClusterRole", "boss", "GpuClusterRole tag is 'boss'; expected controller or worker"),
+        ("GpuClusterRole", "boss", "GpuClusterRole tag is 'boss'; expected controller, worker or login"),
         ("GpuClusterNodes", None, "instance tag GpuClusterNodes is not visible in instance metadata"),
     ],
 )

@@ -1,4 +1,4 @@
-"""A controller that outlives blocks, on the faithful lane (bookworm machines: systemd + cloud-init).
+"""A controller that outlives blocks, on a faithful lane (GPU_CLUSTER_LIFECYCLE_LANE; machines: systemd + cloud-init).
 
 The stack has `controller.placement: dedicated` (CONTROLLER_DEDICATED=1 in cluster.env):
 one controller machine (role controller, on demand) besides block `a`'s two workers,
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.localcluster_probe import faithful_lane_unavailable
+from tests.support.localcluster_probe import faithful_lane_unavailable, lifecycle_lane
 from userdata import layout
 
 NAME, SUBNET, WORKERS = "cftest", 8, 2
@@ -76,7 +76,7 @@ def cluster():
 
     lines: list[str] = []
     LocalCluster(NAME, SUBNET, out=lines.append).c.down()  # leftovers of an aborted run
-    lc = LocalCluster(NAME, SUBNET, out=lines.append, lane="bookworm", placement="dedicated")
+    lc = LocalCluster(NAME, SUBNET, out=lines.append, lane=lifecycle_lane(), placement="dedicated")
     t0 = time.monotonic()
     try:
         lc.up(WORKERS, timeout=600, block="a")

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import shlex
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from localcluster import images
+from localcluster import images, mirror
 from model import pins
+from nodeside import bake
 from tests.support.localcluster_inputs import _fake_inputs
+from userdata import layout
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, mounts)")
 
@@ -67,7 +72,7 @@ def env_value(root: Path, name: str) -> str:
 
 @pytest.mark.faithful
 @needs_root
-@pytest.mark.parametrize("lane,slurm", [("bookworm", "22.05."), ("trixie", "24.11.")])
+@pytest.mark.parametrize("lane,slurm", [("bookworm", "22.05."), ("trixie", "24.11."), ("slurm2311", "23.11.")])
 def test_root_is_baked_by_the_shipped_packages_step(lane, slurm):
     payload = images.default_payload()
     root = images.build_root(lane, payload)
@@ -104,8 +109,11 @@ def test_root_is_baked_by_the_shipped_packages_step(lane, slurm):
         ["PYXIS_URL", "file:///mnt/gpu-cluster-mirror/pyxis"],
         ["ENROOT_VERSION", "4.1.2"],
         ["DOWNLOAD_SHA256", dict(overrides)["DOWNLOAD_SHA256"]],
+        ["AWS_WHEELS", "/mnt/gpu-cluster-mirror/pypi"],
         ["SLURM_SERIES", slurm[:-1]],
         ["GPU_CLUSTER_FSX", "bind"],
+        # one shell word: the nodes source the file (the reason has spaces and a quote)
+        ["CLOUDWATCH_SKIP", shlex.quote(mirror.CLOUDWATCH_SKIP)],
     ]
     # the packages the mirror built, by their own digests, and the vendored Pyxis tarball
     # unchanged, by its pin (model/pins.py)
@@ -124,32 +132,126 @@ def test_root_is_baked_by_the_shipped_packages_step(lane, slurm):
     assert time.monotonic() - start < 15
 
 
-@pytest.mark.faithful
-@needs_root
-def test_a_node_booted_from_the_root_only_verifies_packages(tmp_path):
-    # As on a baked AMI: step 20 at boot finds everything at its pinned version and
-    # installs nothing (no mirror mounted, so a download attempt would fail).
-    root = images.build_root("bookworm")
-    node = tmp_path / "node"
-    subprocess.run(["cp", "-a", "--reflink=auto", str(root), str(node)], check=True)
-    st = images._Stages("verify", tmp_path / "verify.log")
+@contextlib.contextmanager
+def overlay(root: Path, tmp: Path):
+    """A writable overlay of a cached root (the cache entry stays read-only)."""
+    upper, work, merged = tmp / "upper", tmp / "work", tmp / "merged"
+    for d in (upper, work, merged):
+        d.mkdir()
+    subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={root},upperdir={upper},workdir={work}", str(merged)],
+        check=True,
+    )
     try:
-        images.in_root(st, node, tmp_path / "debs", None, [images.ENTRY_POINT, "--only", "packages"])
+        yield merged
+    finally:
+        subprocess.run(["umount", str(merged)], check=True)
+
+
+def boot_step_20(node: Path, tmp_path: Path) -> tuple[bool, list[str]]:
+    st = images._Stages("verify", tmp_path / "verify.log")
+    ok = True
+    try:
+        images.in_root(st, node, tmp_path / "debs", None, [layout.ENTRY_POINT, "--only", "packages"])
+    except images.ImageBuildError:
+        ok = False
     finally:
         st.close()
-    lines = [ln.split("] ", 1)[1] for ln in (tmp_path / "verify.log").read_text().splitlines() if "[20-packages]" in ln]
-    assert lines == [
-        "Slurm " + lines[0].split()[1] + " with PMIx plugin",
-        "munge " + lines[1].split()[1],
-        "Enroot 4.1.2",
-        "Pyxis 0.24.0 at /usr/local/lib/slurm/spank_pyxis.so",
-        "SKIPPED: Lustre client (GPU_CLUSTER_FSX=bind: /fsx is a bind mount, not Lustre)",
-        lines[5],
-    ]
-    assert lines[0].split()[1].startswith("22.05.")
-    # The baked root's packages stay held, and the drop-ins keep upgrades off them.
-    held, needrestart, unattended = lines[5].split("; ")
-    assert {"munge", "slurmd", "slurmctld", "slurm-client", "libpmix2"} <= set(held.split()[1:]), held
-    assert held.startswith("held ")
-    assert needrestart == "needrestart leaves munge/Slurm running"
-    assert unattended == "unattended-upgrades skips kernel, Lustre, Slurm, munge"
+    text = (tmp_path / "verify.log").read_text().splitlines()
+    return ok, [ln.split("] ", 1)[1] for ln in text if "[20-packages]" in ln]
+
+
+@pytest.mark.faithful
+@needs_root
+def test_the_lane_root_is_baked_with_a_manifest_and_the_tags_an_ami_gets(tmp_path):
+    root = images.build_root("bookworm")
+    manifest, digest = bake.read_manifest(str(root))  # checks manifest.json.sha256
+    assert manifest["pins"]["SLURM_SERIES"] == "22.05" and manifest["pins"]["ENROOT_VERSION"] == "4.1.2"
+    assert manifest["kernel"] is None and manifest["versions"]["kernel"] == "none"
+    assert manifest["lustre"] == {
+        "skipped": "GPU_CLUSTER_FSX=bind: /fsx is a bind mount, not Lustre (docs/node-contract.md)"
+    }
+    assert {"munge", "slurmd", "slurmctld", "slurm-client", "libpmix2"} <= set(manifest["held"])
+    assert manifest["versions"]["enroot"] == "4.1.2" and manifest["versions"]["slurm"].startswith("22.05.")
+    lane = json.loads((root / images.LANE_RECORD.lstrip("/")).read_text())
+    assert lane["image_manifest_sha256"] == digest
+    assert lane["image_tags"] == bake.image_tags(manifest, digest)
+    assert lane["image_tags"]["GpuClusterImageManifest"] == digest
+    assert bake.pin_problems(bake.recorded_from_tags(lane["image_tags"]), manifest["pins"]) == []
+
+
+@pytest.mark.faithful
+@needs_root
+def test_a_node_booted_from_the_root_verifies_the_manifest_and_downloads_nothing(tmp_path):
+    # As on a baked AMI: step 20 at boot compares what is installed with the manifest and
+    # installs nothing (no mirror mounted, no apt run); a package changed since fails it.
+    root = images.build_root("bookworm")
+    _, digest = bake.read_manifest(str(root))
+    with overlay(root, tmp_path) as node:
+        ok, lines = boot_step_20(node, tmp_path)
+        assert ok, lines
+        assert lines == [
+            "SKIPPED: Lustre client: GPU_CLUSTER_FSX=bind: /fsx is a bind mount, not Lustre (docs/node-contract.md)",
+            f"baked image: manifest sha256 {digest}; Slurm, munge, PMIx, Enroot 4.1.2, Pyxis 0.24.0, kernel none, "
+            "boto3, holds and drop-ins as baked; nothing downloaded",
+        ]
+        assert (node / "var/lib/gpu-cluster/image.env").read_text().startswith(f"NODE_IMAGE_MANIFEST={digest}\n")
+        chroot(node, "apt-mark", "unhold", "munge")
+        (tmp_path / "verify.log").unlink()
+        ok, lines = boot_step_20(node, tmp_path)
+        assert not ok
+        assert lines[-1] == (
+            f"ERROR: baked image ({layout.IMAGE_MANIFEST}): munge is no longer held (apt-mark hold), as the image was baked"
+        )
+
+
+def fake_module(path: Path, vermagic: str) -> None:
+    """A relocatable ELF object with a .modinfo section, as a kernel module has: what
+    modinfo reads (built with the host's gcc and objcopy)."""
+    info, obj = path.with_suffix(".info"), path.with_suffix(".o")
+    info.write_bytes(f"vermagic={vermagic} SMP mod_unload modversions \0name=lustre\0license=GPL\0".encode())
+    subprocess.run(["gcc", "-c", "-x", "c", "-", "-o", str(obj)], input=b"int lustre_stub;\n", check=True)
+    subprocess.run(["objcopy", "--add-section", f".modinfo={info}", str(obj), str(path)], check=True)
+    info.unlink()
+    obj.unlink()
+
+
+@pytest.mark.faithful
+@needs_root
+def test_a_root_whose_kernel_has_no_lustre_module_refuses_to_bake(tmp_path):
+    # The lane roots have no kernel (/fsx is a bind mount: docs/node-contract.md); here the
+    # image gets a kernel and its module tree, and the bake's record runs as step 20 does
+    # (cluster.env, overrides.env, then GPU_CLUSTER_FSX=lustre), with the root's real modinfo.
+    k = "6.8.0-1015-aws"
+    record = (
+        "set -a; . /etc/gpu-cluster/cluster.env; . /etc/gpu-cluster/overrides.env; set +a; "
+        f"GPU_CLUSTER_FSX=lustre NODE_TEMPLATES=/opt/gpu-cluster/templates exec {layout.BAKE_PROGRAM} record"
+    )
+
+    def bake_record(node: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["chroot", str(node), "bash", "-c", record], capture_output=True, text=True)
+
+    with overlay(images.build_root("bookworm"), tmp_path) as node:
+        (node / "boot").mkdir(exist_ok=True)
+        (node / f"boot/vmlinuz-{k}").write_text("kernel image")
+        tree = node / f"lib/modules/{k}"
+        (tree / "kernel/fs").mkdir(parents=True)
+        r = bake_record(node)
+        assert r.returncode == 1
+        assert r.stderr.startswith(
+            f"gpu-cluster-bake record: no Lustre client module for kernel {k} (no lustre.ko under /lib/modules/{k}): "
+        ), r.stderr
+        (tree / "updates/fs/lustre").mkdir(parents=True)
+        fake_module(tree / "updates/fs/lustre/lustre.ko", "6.8.0-1009-aws")
+        r = bake_record(node)
+        assert r.stderr == (
+            f"gpu-cluster-bake record: /lib/modules/{k}/updates/fs/lustre/lustre.ko was built for kernel "
+            f"'6.8.0-1009-aws', not {k} (modinfo -F vermagic): it would not load; install lustre-client-modules-{k}\n"
+        )
+        fake_module(tree / "updates/fs/lustre/lustre.ko", k)
+        r = bake_record(node)
+        # The module is accepted; the next check is the mount helper this root lacks.
+        assert r.stderr == (
+            "gpu-cluster-bake record: lustre-client-utils is not installed: mount.lustre is missing, /fsx would not mount\n"
+        )
+        assert not (node / layout.IMAGE_MANIFEST.lstrip("/")).with_name("manifest.json.tmp").exists()

@@ -1,41 +1,43 @@
 """The join gate against a real slurmctld: a node that registers into a running cluster
 is drained from its first moment, gated (the gate's work stubbed by a job that records
-a pass or a fail through validation_report.py) and resumed only when it passes."""
+a pass or a fail through validation_report.py) and resumed only when it passes. A run
+whose newcomer is gone (its slurmd killed as a terminated instance's would be) ends at
+the next tick; the node is then deleted by the reaper, and a later newcomer is gated."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import subprocess
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from tests.support.block_end import COMMON, LIB
+from tests.support.join_gate import agent_env, history, make_home, run_agent
 from tests.support.node_shell import fill_placeholders
 from tests.support.slurm_harness import (
     SlurmLayout,
     SlurmTestCluster,
-    free_port,
-    host_cgroup_plugin,
     host_profile_spec,
     host_short_name,
-    localize_plugstack_conf,
-    localize_slurm_conf,
     missing_prerequisites,
+    start_host_controller,
     wait_for,
 )
-from userdata import layout as node_layout
 from userdata import slurm_conf as sc
 
 _why = missing_prerequisites()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_why is not None, reason=_why or "")]
-REPORT = Path(__file__).resolve().parents[2] / "nodeside/validation_report.py"
 
 # The gate's work, stubbed: the pmix check reads a log that says pass or fail, then the
 # real report is built (join verdict, drain reason, latest-join).
 STUB_JOB = """#!/usr/bin/env bash
 #SBATCH --output={fsx}/validation/slurm-%j.out
 set -euo pipefail
+# hold: the gate's work takes long (the test kills the node meanwhile); the pid lets the
+# test end it, since a killed slurmd leaves its job's processes behind.
+if [[ -e {fsx}/hold ]]; then sleep 120 & echo $! >{fsx}/hold.pid; wait; fi
 rep() {{ python3 {report} --config {config} --run "$run" "$@"; }}
 run={fsx}/validation/$(date -u +%Y%m%dT%H%M%SZ)-$SLURM_JOB_ID
 rep start --nodes "$VALIDATION_NEWCOMERS" --newcomers "$VALIDATION_NEWCOMERS" --partner "$VALIDATION_PARTNER"
@@ -46,52 +48,27 @@ rep build --drain || true
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    layout = SlurmLayout(tmp_path / "slurm")
+def cluster(tmp_path, request):
+    def fast_timeout(conf: str) -> str:
+        # A silent slurmd is marked DOWN within seconds instead of SlurmdTimeout's 300 s.
+        assert "\nSlurmdTimeout=300\n" in conf
+        return conf.replace("\nSlurmdTimeout=300\n", "\nSlurmdTimeout=10\nMessageTimeout=3\n")
+
+    edit = fast_timeout if getattr(request, "param", None) == "fast_timeout" else None
+    c = start_host_controller(SlurmLayout(tmp_path / "slurm"), "joingate", conf_edit=edit)
     spec = host_profile_spec()
-    files = sc.render_slurm_files("joingate", "train", spec, cgroup_plugin=host_cgroup_plugin())
-    conf = fill_placeholders(
-        files[node_layout.SLURM_CONF_TEMPLATE],
-        {"CONTROLLER_HOST": host_short_name(), "CONTROLLER_ADDR": "127.0.0.1", "MAX_NODES": 8},
-    )
-    c = SlurmTestCluster(layout)
-    c.write_configs(
-        {
-            "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
-            "cgroup.conf": files["/etc/slurm/cgroup.conf"],
-            "gres.conf": files["/etc/slurm/gres.conf"],
-            "plugstack.conf": localize_plugstack_conf(files[node_layout.PLUGSTACK_CONF], layout),
-        }
-    )
-    c.start_munged()
-    c.start_slurmctld()
     yield c, spec
     c.run("scancel", "--user=root", check=False)
     c.stop()
+    hold = tmp_path / "fsx" / "hold.pid"
+    if hold.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(hold.read_text()), signal.SIGTERM)
 
 
 def _agent(c: SlurmTestCluster, tmp_path: Path, script: str, now: int) -> str:
     """join-gate.sh functions as the controller's agent loop runs them (clock passed in)."""
-    home = tmp_path / "home"
-    env = {
-        **c.env,
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "FSX_ROOT": str(tmp_path / "fsx"),
-        "GPU_CLUSTER_HOME": str(home),
-        "GPU_CLUSTER_STATE": str(tmp_path / "state"),
-        "SLURM_PARTITION": "train",
-        "VALIDATION_ENABLED": "1",
-        "VALIDATION_JOB": str(home / "validation" / "first-boot.sbatch"),
-        "VALIDATION_JOIN_TIMEOUT_MINUTES": "5",
-        "JOIN_SETTLE": "0",
-        "JOIN_GATE_INTERVAL": "0",
-        "JOIN_GATE_NOW": str(now),
-        "GC_STEP": "agent",
-    }
-    full = f'set -euo pipefail; . "{COMMON}"; . "{LIB / "join-gate.sh"}"; {script}'
-    r = subprocess.run(["bash", "-c", full], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+    return run_agent(script, {**c.env, **agent_env(tmp_path, timeout_minutes=5)}, now)
 
 
 def _node(c: SlurmTestCluster) -> tuple[str, str]:
@@ -101,18 +78,8 @@ def _node(c: SlurmTestCluster) -> tuple[str, str]:
 
 
 def _setup(tmp_path: Path, mpi: str) -> None:
-    fsx, home = tmp_path / "fsx", tmp_path / "home"
-    (fsx / "validation").mkdir(parents=True)
-    (home / "validation").mkdir(parents=True)
-    (home / "lib").mkdir()
-    (home / "lib" / "validation_report.py").symlink_to(REPORT)
-    (home / "lib" / "verdict.py").symlink_to(REPORT.parent / "verdict.py")
+    fsx, home = tmp_path / "fsx", make_home(tmp_path)
     config = home / "validation" / "config.json"
-    config.write_text(
-        json.dumps(
-            {"fsx_root": str(fsx), "cluster_name": "joingate", "instance_type": "local", "gpus": 0, "thresholds": {}}
-        )
-    )
     # What the gate's pmix step logs (gate.sh run_step): nothing on success; on failure
     # Slurm's own error and the exit status line run_step appends.
     pmix_log = (
@@ -122,7 +89,6 @@ def _setup(tmp_path: Path, mpi: str) -> None:
     )
     job = STUB_JOB.format(fsx=fsx, report=home / "lib" / "validation_report.py", config=config, pmix_log=pmix_log)
     (home / "validation" / "first-boot.sbatch").write_text(job)
-    (tmp_path / "state").mkdir()
 
 
 @pytest.mark.parametrize("passes", [True, False])
@@ -166,3 +132,64 @@ def test_a_newcomer_is_drained_gated_and_resumed_only_when_it_passes(cluster, tm
         assert reason.startswith("gpu-cluster join gate: pmix NO-GO on " + host_short_name()), reason
         assert "; log " in reason and reason.endswith("pmix.log")
         assert c.run("squeue", "-h", "-j", user_job, "-o", "%T").stdout.strip() == "PENDING"
+
+
+def _register(c: SlurmTestCluster, spec, tmp_path: Path) -> None:
+    """This host's slurmd joins the running cluster as a newcomer would (State=DRAIN)."""
+    state_arg = _agent(c, tmp_path, "join_state_arg", 1000).strip()
+    assert state_arg == "State=DRAIN"
+    line = fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "b"})
+    c.start_slurmd(f"{line} {state_arg}")
+    c.wait_node_state(host_short_name(), states=("IDLE",))
+
+
+@pytest.mark.parametrize("cluster", ["fast_timeout"], indirect=True)
+def test_a_newcomer_gone_mid_run_ends_the_run_at_the_next_tick_and_a_later_one_is_gated(cluster, tmp_path):
+    c, spec = cluster
+    me = host_short_name()
+    _setup(tmp_path, "pmix")
+    fsx = tmp_path / "fsx"
+    (fsx / "hold").touch()
+    _agent(c, tmp_path, "join_gate_open", 1000)
+    _register(c, spec, tmp_path)
+    _agent(c, tmp_path, "join_gate_tick", 1000)
+    _agent(c, tmp_path, "join_gate_tick", 1001)
+    run = (fsx / "validation/join/run.env").read_text()
+    job, resv = (run.split(f"{k}='")[1].split("'")[0] for k in ("JOIN_JOB", "JOIN_RESV"))
+    wait_for(lambda: (fsx / "hold.pid").exists(), 30, f"the join gate job {job} to start")
+
+    # The instance is terminated: its slurmd dies without a word; slurmctld marks the
+    # node DOWN after SlurmdTimeout.
+    c.procs["slurmd"].kill()
+    c.procs["slurmd"].wait()
+    wait_for(lambda: "State=DOWN" in c.run("scontrol", "-o", "show", "node", me).stdout, 60, f"{me} to go DOWN")
+    # The reaper cannot delete a reserved node: this is what held the run before.
+    assert f"could not delete stale node {me}" in _agent(c, tmp_path, 'reap_stale_nodes 0 "$JOIN_PENDING_PREFIX"', 1010)
+    # One tick (a minute before the run's 5-minute bound) ends the run.
+    _agent(c, tmp_path, "join_gate_tick", 1030)
+    assert history(tmp_path)[-1] == (
+        f"join gate: {me} is gone (down: Not responding); run {resv} ended, job {job} cancelled; drained, so it "
+        "is gated again if it answers"
+    )
+    assert not (fsx / "validation/join/run.env").exists()
+    assert resv not in c.run("scontrol", "show", "reservation", check=False).stdout
+    assert not c.run("squeue", "-h", "-j", job, check=False).stdout.strip()
+    assert _node(c) == ("drained*", "gpu-cluster join gate: pending (down during its join run: Not responding)")
+    # Unreserved, the silent node goes (grace 0 here; NODE_REAP_GRACE on a cluster).
+    out = _agent(c, tmp_path, 'reap_stale_nodes 0 "$JOIN_PENDING_PREFIX"', 1040)
+    assert out.startswith(f"deleted stale node {me} (down, not responding since ")
+    assert me not in c.run("sinfo", "-h", "-N", "-o", "%N").stdout.split()
+
+    # A later newcomer (this host's slurmd registering anew) gets its own run and passes.
+    (fsx / "hold").unlink()
+    _register(c, spec, tmp_path)
+    assert _node(c) == ("drained", "none")
+    _agent(c, tmp_path, "join_gate_tick", 1100)
+    _agent(c, tmp_path, "join_gate_tick", 1101)
+    run = (fsx / "validation/join/run.env").read_text()
+    job2 = run.split("JOIN_JOB='")[1].split("'")[0]
+    assert job2 != job
+    wait_for(lambda: not c.run("squeue", "-h", "-j", job2, check=False).stdout.strip(), 60, f"gate job {job2} to end")
+    _agent(c, tmp_path, "join_gate_tick", 1110)
+    assert history(tmp_path)[-1] == f"join gate: {me} passed (job {job2}); it takes jobs"
+    wait_for(lambda: _node(c)[0] == "idle", 20, f"{me} to take jobs")

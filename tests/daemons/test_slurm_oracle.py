@@ -25,7 +25,6 @@ from model.catalog import CATALOG
 from model.health import HealthConfig
 from tests.support.node_shell import fill_placeholders, max_node_count
 from tests.support.slurm_harness import (
-    SYSROOT_ENV,
     SlurmLayout,
     SlurmTestCluster,
     free_port,
@@ -36,7 +35,7 @@ from tests.support.slurm_harness import (
     localize_slurm_conf,
     missing_prerequisites,
     parse_node_line,
-    sysroot_problem,
+    sysroot_params,
 )
 from userdata import layout as node_layout
 from userdata import slurm_conf as sc
@@ -80,20 +79,7 @@ def _config(
     }
 
 
-def _sysroots() -> list:
-    """This host's Slurm, plus a chroot with another version when $GPU_CLUSTER_SLURM_SYSROOT
-    names one (e.g. Debian 13's Slurm 24.11: the nodes run 23.11, between the two)."""
-    params = [pytest.param(None, id="host")]
-    root = os.environ.get(SYSROOT_ENV)
-    if root:
-        why = sysroot_problem(Path(root))
-        params.append(
-            pytest.param(Path(root), id="sysroot", marks=pytest.mark.skipif(why is not None, reason=why or ""))
-        )
-    return params
-
-
-@pytest.fixture(params=_sysroots())
+@pytest.fixture(params=sysroot_params())
 def cluster(request, tmp_path):
     sysroot = request.param
     if sysroot is None:

@@ -8,7 +8,7 @@ import json
 
 import pulumi
 
-from infra.iam import payload_read_policy
+from infra.iam import object_read_policy
 from infra.payload import BlockEndsObject, BlockEndsObjectArgs
 from model.block_ends import BLOCK_ENDS_KEY, block_ends_document, block_ends_uri
 from model.config import parse_config
@@ -78,7 +78,7 @@ def test_the_object_has_a_fixed_key_so_an_extension_updates_it_in_place():
     assert run.parent_type(OBJECT, "c1-block-ends") == "gpu-cluster:index:BlockEndsObject"
 
 
-def test_the_program_publishes_the_ends_the_node_role_reads_and_cluster_env_names():
+def test_the_program_publishes_the_ends_the_controller_role_reads_and_cluster_env_names():
     raw = two_blocks()
     run = run_program(raw)
     cfg = parse_config(raw)
@@ -87,13 +87,33 @@ def test_the_program_publishes_the_ends_the_node_role_reads_and_cluster_env_name
     assert obj["tags"] == {"GpuClusterName": "t1"}  # S3 takes at most 10 tags per object
     bucket = obj["bucket"]
     payload = run.inputs(OBJECT, "t1-payload")
-    policy = json.loads(run.inputs(POLICY, "t1-payload")["policy"])
-    assert policy["Statement"] == [
-        {
-            "Action": "s3:GetObject",
-            "Effect": "Allow",
-            "Resource": [f"arn:aws:s3:::{bucket}/{payload['key']}", f"arn:aws:s3:::{bucket}/{BLOCK_ENDS_KEY}"],
+    # Only the controller's agent loop reads the ends (nodeside/lib/block-end.sh
+    # block_end_fetch, run from block_end_tick on the controller): its role alone may.
+    ends = json.loads(run.inputs(POLICY, "t1-controller-block-ends")["policy"])
+    assert ends == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Action": "s3:GetObject", "Effect": "Allow", "Resource": f"arn:aws:s3:::{bucket}/{BLOCK_ENDS_KEY}"}
+        ],
+    }
+    assert run.inputs(POLICY, "t1-controller-block-ends")["role"] == run.inputs(POLICY, "t1-controller-payload")["role"]
+    for role in ("t1", "t1-controller"):
+        assert json.loads(run.inputs(POLICY, f"{role}-payload")["policy"]) == {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Action": "s3:GetObject", "Effect": "Allow", "Resource": f"arn:aws:s3:::{bucket}/{payload['key']}"}
+            ],
         }
+    policies = sorted(r["name"] for r in run.resources if r["type"] == POLICY)
+    assert policies == [
+        "t1-controller-block-ends",
+        "t1-controller-logs",
+        "t1-controller-metrics",
+        "t1-controller-payload",
+        "t1-controller-repair",
+        "t1-controller-topology",
+        "t1-logs",
+        "t1-payload",
     ]
     env = run.node_files.files["/etc/gpu-cluster/cluster.env"].decode().splitlines()
     assert [ln for ln in env if ln.startswith("BLOCK_ENDS_")] == [
@@ -113,11 +133,21 @@ def test_an_on_demand_stack_publishes_nothing_and_keeps_its_bytes():
     assert "BLOCK_ENDS_" not in env and "block_ends_uri" not in run.value
     policy = json.loads(run.inputs(POLICY, "t1-payload")["policy"])
     assert isinstance(policy["Statement"][0]["Resource"], str)
+    policies = sorted(r["name"] for r in run.resources if r["type"] == POLICY)
+    assert policies == [
+        "t1-controller-logs",
+        "t1-controller-metrics",
+        "t1-controller-payload",
+        "t1-controller-repair",
+        "t1-controller-topology",
+        "t1-logs",
+        "t1-payload",
+    ]
 
 
-def test_payload_read_policy_names_exact_objects_only():
-    one = json.loads(payload_read_policy("arn:aws:s3:::b/payload/x.tar.gz"))
-    two = json.loads(payload_read_policy("arn:aws:s3:::b/payload/x.tar.gz", "arn:aws:s3:::b/blocks/ends.json"))
-    assert one["Statement"][0]["Resource"] == "arn:aws:s3:::b/payload/x.tar.gz"
-    assert two["Statement"][0]["Resource"] == ["arn:aws:s3:::b/payload/x.tar.gz", "arn:aws:s3:::b/blocks/ends.json"]
-    assert not any("*" in r for r in two["Statement"][0]["Resource"])
+def test_object_read_policy_names_one_exact_object():
+    doc = json.loads(object_read_policy("arn:aws:s3:::b/blocks/ends.json"))
+    assert doc == {
+        "Version": "2012-10-17",
+        "Statement": [{"Action": "s3:GetObject", "Effect": "Allow", "Resource": "arn:aws:s3:::b/blocks/ends.json"}],
+    }

@@ -1,4 +1,5 @@
-"""docs/deployer-iam-policy.json grants what `pulumi up`/`destroy` and the `ops` reads need.
+"""docs/deployer-iam-policy.json (and, for the team features, docs/deployer-iam-policy-team.json
+beside it) grants what `pulumi up`/`destroy` and the `ops` reads need.
 
 The program's needs come from the rendered plans: every Pulumi resource type and every
 provider lookup (invoke) that the shipped stacks and the variants below produce is a row
@@ -27,10 +28,16 @@ import pytest
 from offline.mocks import plan_mocks, run_under_mocks
 from offline.plan import load_stack_config
 from ops.cli import main as ops_main
-from tests.support.ops_stubs import Aws, context
+from tests.support.iam_policy import RecordingAws, granted
+from tests.support.iam_policy import allowed as _allowed
+from tests.support.ops_stubs import context
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "docs" / "deployer-iam-policy.json"
+# What stacks with accounting (RDS, its managed secret) and logs need besides: a managed
+# policy takes at most 6,144 characters [IAM-QUOTAS], so the team features have their own.
+TEAM_POLICY = REPO / "docs" / "deployer-iam-policy-team.json"
+POLICIES = (POLICY, TEAM_POLICY)
 
 _ROLE = [
     "iam:CreateRole",
@@ -264,6 +271,65 @@ PROGRAM_ACTIONS: dict[str, list[str]] = {
         "iam:UntagInstanceProfile",
         "iam:DeleteInstanceProfile",
     ],
+    # --- accounting: RDS for MariaDB with an RDS-managed secret [RDS-SM] --------------
+    "aws:rds/subnetGroup:SubnetGroup": [
+        "rds:CreateDBSubnetGroup",
+        "rds:DescribeDBSubnetGroups",
+        "rds:ModifyDBSubnetGroup",
+        "rds:AddTagsToResource",
+        "rds:RemoveTagsFromResource",
+        "rds:ListTagsForResource",
+        "rds:DeleteDBSubnetGroup",
+    ],
+    "aws:rds/parameterGroup:ParameterGroup": [
+        "rds:CreateDBParameterGroup",
+        "rds:DescribeDBParameterGroups",
+        "rds:DescribeDBParameters",
+        "rds:ModifyDBParameterGroup",
+        "rds:ResetDBParameterGroup",
+        "rds:AddTagsToResource",
+        "rds:RemoveTagsFromResource",
+        "rds:ListTagsForResource",
+        "rds:DeleteDBParameterGroup",
+    ],
+    "aws:rds/instance:Instance": [
+        "rds:CreateDBInstance",
+        "rds:DescribeDBInstances",
+        "rds:ModifyDBInstance",
+        "rds:AddTagsToResource",
+        "rds:RemoveTagsFromResource",
+        "rds:ListTagsForResource",
+        "rds:DeleteDBInstance",
+        "rds:CreateDBSnapshot",  # the final snapshot of a protected database
+        "rds:DescribeDBSnapshots",
+        "iam:CreateServiceLinkedRole",  # AWSServiceRoleForRDS, on a first RDS instance
+        # manage_master_user_password: RDS creates, rotates and deletes the secret as the caller
+        "secretsmanager:CreateSecret",
+        "secretsmanager:DescribeSecret",
+        "secretsmanager:RotateSecret",
+        "secretsmanager:TagResource",
+        "secretsmanager:DeleteSecret",
+        "kms:DescribeKey",
+    ],
+    # --- logs: the cluster's log group and dashboard (infra/logs.py) ------------------
+    # the provider's create/read/update/delete and tags (identifierAttribute arn) [TF-LOGGROUP]
+    "aws:cloudwatch/logGroup:LogGroup": [
+        "logs:CreateLogGroup",
+        "logs:DescribeLogGroups",
+        "logs:PutRetentionPolicy",
+        "logs:DeleteRetentionPolicy",
+        "logs:AssociateKmsKey",
+        "logs:DisassociateKmsKey",
+        "logs:TagResource",
+        "logs:UntagResource",
+        "logs:ListTagsForResource",
+        "logs:DeleteLogGroup",
+    ],
+    "aws:cloudwatch/dashboard:Dashboard": [
+        "cloudwatch:PutDashboard",
+        "cloudwatch:GetDashboard",
+        "cloudwatch:DeleteDashboards",
+    ],
     # --- payload bucket and object ---------------------------------------------------
     "aws:s3/bucket:Bucket": [
         "s3:CreateBucket",
@@ -327,12 +393,17 @@ def _variants() -> dict[str, tuple[dict, str]]:
     # role/profile scopes must cover `*-controller-role-*`)
     dedicated = copy.deepcopy(prod)
     dedicated["controller"] = {"placement": "dedicated"}
+    # a team stack: accounting on RDS (a created VPC: its database subnet), users
+    team = copy.deepcopy(dedicated)
+    team["accounting"] = {"enabled": True}
+    team["users"] = [{"name": "alice", "uid": 2001, "account": "physics"}]
     return {
         "dev": (dev, dev_region),
         "dev, deployed before (the live controller group is read)": (dev, dev_region),
         "dev with private registries and node extensions": (extended, dev_region),
         "prod": (prod, prod_region),
         "prod with a dedicated controller": (dedicated, prod_region),
+        "prod with accounting and users": (team, prod_region),
         "on-demand, created VPC": (on_demand, prod_region),
         "PERSISTENT_1 with an S3 import path": (legacy, prod_region),
     }
@@ -355,26 +426,9 @@ def rendered() -> dict[str, tuple[set[str], set[str]]]:
 
 @pytest.fixture(scope="module")
 def policy() -> dict:
-    return json.loads(POLICY.read_text())
-
-
-def _allowed(policy: dict) -> list[str]:
-    actions = []
-    for st in policy["Statement"]:
-        a = st["Action"]
-        actions += [a] if isinstance(a, str) else a
-    return actions
-
-
-def granted(policy: dict, action: str) -> bool:
-    """The exact action, or a wildcard pattern within the same service (IAM action
-    names are case-insensitive)."""
-    service, _, name = action.partition(":")
-    for pattern in _allowed(policy):
-        p_service, _, p_name = pattern.partition(":")
-        if p_service.lower() == service.lower() and fnmatch.fnmatchcase(name.lower(), p_name.lower()):
-            return True
-    return False
+    """Both documents' statements: what a deployer with both policies attached may do."""
+    statements = [st for p in POLICIES for st in json.loads(p.read_text())["Statement"]]
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 # --- the file itself --------------------------------------------------------------------
@@ -398,9 +452,12 @@ def test_policy_is_a_valid_least_privilege_document(policy):
         assert name != "*", f"{action}: a whole service"
 
 
-def test_policy_fits_in_one_managed_policy():
+@pytest.mark.parametrize("path", POLICIES, ids=lambda p: p.name)
+def test_each_policy_fits_in_one_managed_policy(path):
     """`aws iam create-policy` takes at most 6,144 characters, whitespace not counted [IAM-QUOTAS]."""
-    assert len(re.sub(r"\s", "", POLICY.read_text())) <= 6144
+    doc = json.loads(path.read_text())
+    assert doc["Version"] == "2012-10-17" and set(doc) == {"Version", "Statement"}
+    assert len(re.sub(r"\s", "", path.read_text())) <= 6144
 
 
 def _duplicates_are_in_separate_scopes(policy: dict) -> bool:
@@ -444,7 +501,7 @@ def _operations(service: str) -> frozenset[str]:
 @pytest.mark.parametrize(
     "actions",
     [
-        pytest.param(lambda: _allowed(json.loads(POLICY.read_text())), id="policy"),
+        pytest.param(lambda: [a for p in POLICIES for a in _allowed(json.loads(p.read_text()))], id="policy"),
         pytest.param(lambda: [a for row in PROGRAM_ACTIONS.values() for a in row], id="table"),
     ],
 )
@@ -491,6 +548,44 @@ def test_granted_matches_exact_and_wildcard_actions_only_within_the_service(poli
     assert not granted(policy, "iam:CreateUser")
 
 
+def test_accounting_grants_are_scoped_to_the_stacks_database_and_rds_managed_secrets(policy):
+    for st in policy["Statement"]:
+        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+        resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+        if any(a.startswith("rds:") for a in actions):
+            assert all(r.startswith("arn:aws:rds:*:*:") for r in resources), st["Sid"]
+            assert all(":gpu-cluster-" in r or ":og:default:" in r for r in resources), st["Sid"]
+        if any(a.startswith("secretsmanager:") for a in actions):
+            assert resources == ["arn:aws:secretsmanager:*:*:secret:rds!*"], st["Sid"]
+            assert "secretsmanager:GetSecretValue" not in actions  # the controller reads it, not the deployer
+
+
+def test_log_and_dashboard_grants_are_scoped_to_the_programs_names(policy):
+    """infra/logs.py names them `/gpu-cluster/<stack>` and `gpu-cluster-<stack>` (model/logs.py);
+    only DescribeLogGroups, which reads names and settings, no events, takes no resource."""
+    from model import logs
+
+    assert logs.log_group_name("dev").startswith("/gpu-cluster/") and logs.dashboard_name("dev").startswith(
+        "gpu-cluster-"
+    )
+    for st in policy["Statement"]:
+        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+        resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+        if actions == ["logs:DescribeLogGroups"]:
+            assert resources == ["*"]
+        elif any(a.startswith("logs:") for a in actions):
+            assert resources == [
+                "arn:aws:logs:*:*:log-group:/gpu-cluster/*",
+                "arn:aws:logs:*:*:log-group:/gpu-cluster/*:*",
+            ]
+            assert not {"logs:PutLogEvents", "logs:CreateLogStream"} & set(
+                actions
+            )  # the nodes' grant, not the deployer's
+        if any(a.startswith("cloudwatch:") for a in actions):
+            assert resources == ["arn:aws:cloudwatch::*:dashboard/gpu-cluster-*"], st["Sid"]
+            assert "cloudwatch:PutMetricData" not in actions
+
+
 def test_iam_writes_are_scoped_to_the_node_role_and_service_linked_roles(policy):
     for st in policy["Statement"]:
         actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
@@ -501,6 +596,30 @@ def test_iam_writes_are_scoped_to_the_node_role_and_service_linked_roles(policy)
                 assert st["Condition"] == {
                     "ArnEquals": {"iam:PolicyARN": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
                 }
+
+
+def test_the_deployer_may_write_the_controllers_topology_policy(policy):
+    """slurm.topology tree: the controller's `ec2:DescribeInstanceTopology` grant is its own
+    RolePolicy on the controller's role (infra/iam.py); every IAM call the provider makes
+    for it must reach that role's ARN, as the plan names it."""
+    raw, region = load_stack_config("dev")
+    mocks = plan_mocks(raw, region)
+    run_under_mocks(raw, region, mocks=mocks)
+    rp = next(r for r in mocks.resources if r["name"] == "dev-controller-topology")
+    assert rp["type"] == "aws:iam/rolePolicy:RolePolicy"
+    assert json.loads(rp["inputs"]["policy"])["Statement"][0]["Action"] == "ec2:DescribeInstanceTopology"
+    arn = f"arn:aws:iam::123456789012:role/{rp['inputs']['role']}"
+    for action in PROGRAM_ACTIONS["aws:iam/rolePolicy:RolePolicy"]:
+        reach = [
+            st["Sid"]
+            for st in policy["Statement"]
+            if action in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+            and any(
+                fnmatch.fnmatchcase(arn, res)
+                for res in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])
+            )
+        ]
+        assert reach, f"{action} on {arn}: no statement grants it"
 
 
 def test_ssm_writes_are_scoped_to_the_stacks_own_parameters(policy):
@@ -516,27 +635,6 @@ def test_ssm_writes_are_scoped_to_the_stacks_own_parameters(policy):
 
 
 # --- ops: record what the commands call ----------------------------------------------------
-
-
-class RecordingAws(Aws):
-    """Stubbed AWS that records every API call as its IAM action."""
-
-    def __init__(self, region: str = "us-east-2"):
-        super().__init__(region)
-        self.actions: set[str] = set()
-
-    def stub(self, service: str):
-        new = service not in self.stubbers
-        stubber = super().stub(service)
-        if new:
-            client = self.clients[service]
-            prefix = client.meta.service_model.signing_name
-
-            def record(model, **_):
-                self.actions.add(f"{prefix}:{model.name}")
-
-            client.meta.events.register("before-parameter-build", record)
-        return stubber
 
 
 def test_ops_reads_are_granted(tmp_path, policy):
@@ -565,6 +663,16 @@ def test_ops_reads_are_granted(tmp_path, policy):
     blocks.stub_offerings(aws)
     ctx = context(aws)
     assert ops_main(blocks.ARGS, ctx=ctx, session_for=aws.session) == 0
+
+    from tests.support import log_streams as logs
+
+    logs.stub_streams(aws)
+    logs.stub_events(aws, sorted(logs.streams()), [])
+    ctx = context(aws)
+    assert (
+        ops_main(["logs", logs.NODE, "--stack", "dev", "--stack-dir", str(stack)], ctx=ctx, session_for=aws.session)
+        == 0
+    )
     aws.done()
 
     assert {
@@ -574,5 +682,7 @@ def test_ops_reads_are_granted(tmp_path, policy):
         "fsx:DescribeFileSystems",
         "servicequotas:GetServiceQuota",
         "autoscaling:DescribeAutoScalingGroups",
+        "logs:DescribeLogStreams",
+        "logs:FilterLogEvents",
     } <= aws.actions
     assert sorted(a for a in aws.actions if not granted(policy, a)) == []

@@ -11,6 +11,7 @@ from model.catalog import CATALOG
 
 # type -> (network cards, EFA interfaces, total interfaces)
 EXPECTED = {
+    "g6e.48xlarge": (4, 4, 5),
     "p4d.24xlarge": (4, 4, 5),
     "p4de.24xlarge": (4, 4, 5),
     "p5.48xlarge": (32, 32, 33),

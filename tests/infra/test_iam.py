@@ -6,7 +6,7 @@ import json
 
 import pulumi
 
-from infra.iam import SSM_CORE_POLICY_ARN, NodeIdentity, NodeIdentityArgs
+from infra.iam import SSM_CORE_POLICY_ARN, NodeIdentity, NodeIdentityArgs, object_read_policy
 from tests.support.mocks import run_component
 
 ROLE = "aws:iam/role:Role"
@@ -16,9 +16,10 @@ POLICY = "aws:iam/rolePolicy:RolePolicy"
 TAGS = {"GpuClusterName": "c1"}
 
 
-def _run(payload_arn=None):
+def _run(payload_arn=None, own=None):
     def program():
-        ident = NodeIdentity("c1", NodeIdentityArgs(cluster_name="c1", payload_object_arn=payload_arn, tags=TAGS))
+        args = NodeIdentityArgs(cluster_name="c1", payload_object_arn=payload_arn, own_policies=own or {}, tags=TAGS)
+        ident = NodeIdentity("c1", args)
         return pulumi.Output.all(ident.role_name, ident.instance_profile_name, ident.instance_profile_arn)
 
     return run_component(program)
@@ -48,3 +49,81 @@ def test_payload_object_read_only():
     run = _run(arn)
     policy = json.loads(run.inputs(POLICY, "c1-payload")["policy"])
     assert policy["Statement"] == [{"Action": "s3:GetObject", "Effect": "Allow", "Resource": arn}]
+
+
+def test_block_ends_read_is_its_own_named_policy_on_exactly_that_object():
+    """How the program gives the controller's role alone the block-ends read (infra/cluster.py)."""
+    payload, ends = "arn:aws:s3:::bucket-1/payload/abc.tar.gz", "arn:aws:s3:::bucket-1/blocks/ends.json"
+    run = _run(payload, {"block-ends": object_read_policy(ends)})
+    assert run.custom() == [
+        (PROFILE, "c1-profile"),
+        (ROLE, "c1-role"),
+        (POLICY, "c1-block-ends"),
+        (POLICY, "c1-payload"),
+        (ATTACH, "c1-ssm"),
+    ]
+    for name, arn in (("c1-payload", payload), ("c1-block-ends", ends)):
+        assert json.loads(run.inputs(POLICY, name)["policy"]) == {
+            "Version": "2012-10-17",
+            "Statement": [{"Action": "s3:GetObject", "Effect": "Allow", "Resource": arn}],
+        }
+        assert run.inputs(POLICY, name)["role"] == run.value[0]
+
+
+def test_repair_policy_is_exactly_terminate_on_this_clusters_worker_groups():
+    """The controller's one AWS write (nodeside/repair.py): by group ARN and by tags."""
+    from infra.iam import repair_policy
+
+    assert json.loads(repair_policy("demo", "us-east-2", "gpu-cluster-dev")) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ReplaceThisClustersWorkers",
+                "Effect": "Allow",
+                "Action": "autoscaling:TerminateInstanceInAutoScalingGroup",
+                "Resource": "arn:aws:autoscaling:us-east-2:*:autoScalingGroup:*:autoScalingGroupName/gpu-cluster-dev-*",
+                "Condition": {
+                    "StringEquals": {
+                        "autoscaling:ResourceTag/GpuClusterName": "demo",
+                        "autoscaling:ResourceTag/GpuClusterRole": "worker",
+                    }
+                },
+            }
+        ],
+    }
+
+
+def _program_policies(repair: dict | None):
+    from tests.support.mocks import run_program, stack_config
+
+    raw, region = stack_config("dev")
+    if repair is not None:
+        raw["repair"] = repair
+    run = run_program(raw, region)
+    return run, {r["name"]: r for r in run.of_type(POLICY)}
+
+
+def test_only_the_controller_role_may_replace_and_only_under_a_replacing_policy():
+    from infra.iam import repair_policy
+
+    run, policies = _program_policies(None)  # repair.policy defaults to auto
+    # (and the topology read, slurm.topology tree: tests/infra/test_program.py)
+    logs = ["dev-controller-logs", "dev-controller-metrics", "dev-logs"]
+    assert sorted(policies) == sorted(
+        [
+            *logs,
+            "dev-controller-block-ends",
+            "dev-controller-payload",
+            "dev-controller-repair",
+            "dev-controller-topology",
+            "dev-payload",
+        ]
+    )
+    repair = run.inputs(POLICY, "dev-controller-repair")
+    assert repair["policy"] == repair_policy("dev", "us-east-2", "gpu-cluster-dev")
+    assert repair["role"].startswith("dev-controller-role")
+    for mode in ("isolate", "none"):
+        _, policies = _program_policies({"policy": mode})
+        assert sorted(policies) == sorted(
+            [*logs, "dev-controller-block-ends", "dev-controller-payload", "dev-controller-topology", "dev-payload"]
+        ), mode

@@ -27,7 +27,7 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from infra.iam import NodeIdentity, NodeIdentityArgs, attachment_names, payload_read_policy
+from infra.iam import NodeIdentity, NodeIdentityArgs, attachment_names, object_read_policy
 from model.catalog import CATALOG
 from model.config import parse_config
 from model.config_warnings import node_iam_warnings
@@ -149,7 +149,7 @@ NODE_IAM_INVALID = [
         "resource-shape",
         {"statements": [_stmt(Resource="my-bucket")]},
         f"{R}.node_iam.statements[0].Resource",
-        "'my-bucket' is not a resource ARN",
+        "'my-bucket' is not an ARN; write arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE",
     ),
     (
         "effect",
@@ -219,11 +219,15 @@ def test_statements_size_limit_at_the_boundary():
 
 
 def test_reserve_covers_the_programs_own_inline_policy():
-    # The payload read policy at its longest: a 63-character bucket name [S3-NAMES],
-    # the content-addressed key. Together with the largest statements we accept, the
-    # role stays within IAM's aggregate inline limit.
-    arn = f"arn:aws:s3:::{'b' * 63}/payload/{'0' * 64}.tar.gz"
-    own = iam_policy_chars(json.loads(payload_read_policy(arn)))
+    # The program's own inline policies at their longest, on the role that carries the
+    # most (the controller's: the payload read and the block-ends read), with a
+    # 63-character bucket name [S3-NAMES] and the content-addressed key. Together with
+    # the largest statements we accept, the role stays within IAM's aggregate inline limit.
+    bucket = "b" * 63
+    own = sum(
+        iam_policy_chars(json.loads(object_read_policy(arn)))
+        for arn in (f"arn:aws:s3:::{bucket}/payload/{'0' * 64}.tar.gz", f"arn:aws:s3:::{bucket}/blocks/ends.json")
+    )
     assert own < PROGRAM_INLINE_POLICY_RESERVE
     assert own + MAX_NODE_IAM_STATEMENT_CHARS <= IAM_ROLE_INLINE_POLICY_CHARS
 

@@ -32,6 +32,7 @@ from tests.support.private_images import (
     Node,
     _step_box,
 )
+from tests.support.shellcheck import shellcheck
 from userdata import layout
 from userdata.registries import SOURCE_DIR as REG_TEMPLATES
 
@@ -297,7 +298,16 @@ def test_role_policy_with_a_list_of_hosts_needs_no_account_lookup():
 
 def test_without_containers_no_registry_statement_call_or_file():
     run = run_program(valid_raw())
-    assert [r["name"] for r in run.of_type(ROLE_POLICY)] == ["t1-controller-payload", "t1-payload"]
+    assert [r["name"] for r in run.of_type(ROLE_POLICY)] == [
+        "t1-controller-block-ends",
+        "t1-controller-logs",
+        "t1-controller-metrics",
+        "t1-controller-payload",
+        "t1-controller-repair",
+        "t1-controller-topology",
+        "t1-logs",
+        "t1-payload",
+    ]
     assert run.of_type(PARAMETER) == []
     assert "aws:index/getCallerIdentity:getCallerIdentity" not in [c["token"] for c in run.calls]
     assert NEW_FILES.isdisjoint(run.node_files.files)
@@ -406,22 +416,22 @@ def _rendered_scripts() -> dict[str, bytes]:
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
-def test_shellcheck_registry_scripts(tmp_path):
+def test_shellcheck_registry_scripts(tmp_path, shellcheck_cache):
     # The sources, following `source` into the boot tree (nodeside/lib/common.sh) ...
     files = [
         str(REG_TEMPLATES / "bin" / "gpu-cluster-registry-login"),
         str(REG_TEMPLATES / "steps" / "65-registries.sh"),
     ]
-    r = subprocess.run(["shellcheck", "-x", "-s", "bash", *files], cwd=BOOT, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout
+    for r in shellcheck(["-x", "-s", "bash"], files, cwd=BOOT, cache=shellcheck_cache):
+        assert r.returncode == 0, r.stdout
     # ... and the bytes the nodes get.
     paths = []
     for path, content in _rendered_scripts().items():
         f = tmp_path / path.strip("/").replace("/", "__")
         f.write_bytes(content)
         paths.append(str(f))
-    r = subprocess.run(["shellcheck", "-s", "bash", "-e", "SC1091", *paths], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout
+    for r in shellcheck(["-s", "bash", "-e", "SC1091"], paths, cache=shellcheck_cache):
+        assert r.returncode == 0, r.stdout
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
@@ -524,7 +534,8 @@ def test_step_65_configures_enroot_and_the_timer(tmp_path):
     assert len(node.creds.read_text().splitlines()) == 6
     assert calls.read_text().splitlines() == [
         "daemon-reload",
-        "enable --quiet gpu-cluster-registry-login.timer",
+        "SKIP_SYSV is-enabled --quiet gpu-cluster-registry-login.timer",
+        "SKIP_SYSV enable --quiet --no-reload gpu-cluster-registry-login.timer",
         "--no-block start gpu-cluster-registry-login.timer",
         "is-active --quiet gpu-cluster-registry-login.timer",
     ]

@@ -38,6 +38,8 @@ def test_dev_resources(dev):
         ("aws:autoscaling/schedule:Schedule", "dev-block-a-scale-out"),
         ("aws:autoscaling/schedule:Schedule", "dev-controller-scale-in"),
         ("aws:autoscaling/schedule:Schedule", "dev-controller-scale-out"),
+        ("aws:cloudwatch/dashboard:Dashboard", "dev-dashboard"),
+        ("aws:cloudwatch/logGroup:LogGroup", "dev-logs"),
         ("aws:ec2/launchTemplate:LaunchTemplate", "dev-controller-lt"),
         ("aws:ec2/launchTemplate:LaunchTemplate", "dev-lt"),
         ("aws:ec2/securityGroup:SecurityGroup", "dev-sg"),
@@ -46,7 +48,13 @@ def test_dev_resources(dev):
         ("aws:iam/instanceProfile:InstanceProfile", "dev-profile"),
         ("aws:iam/role:Role", "dev-controller-role"),
         ("aws:iam/role:Role", "dev-role"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-controller-block-ends"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-controller-logs"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-controller-metrics"),
         ("aws:iam/rolePolicy:RolePolicy", "dev-controller-payload"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-controller-repair"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-controller-topology"),
+        ("aws:iam/rolePolicy:RolePolicy", "dev-logs"),
         ("aws:iam/rolePolicy:RolePolicy", "dev-payload"),
         ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "dev-controller-ssm"),
         ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "dev-ssm"),
@@ -62,6 +70,7 @@ def test_dev_resources(dev):
     components = sorted((r["type"], r["name"]) for r in dev.resources if not r["custom"])
     assert components == [
         ("gpu-cluster:index:BlockEndsObject", "dev"),
+        ("gpu-cluster:index:ClusterLogs", "dev"),
         ("gpu-cluster:index:FileSystem", "dev"),
         ("gpu-cluster:index:Network", "dev"),
         ("gpu-cluster:index:NodeGroups", "dev"),
@@ -123,21 +132,18 @@ def test_dev_user_data_is_the_rendered_bytes(dev):
 
 
 def test_dev_payload_object_and_its_only_reader(dev):
-    """The node files outgrow inline user data: one object, readable by the node role only
-    (with the published block ends beside it, tests/infra/test_block_ends.py)."""
+    """The node files outgrow inline user data: one object, readable by the node roles only
+    (the published block ends beside it, by the controller's alone: tests/infra/test_block_ends.py)."""
     sha, tar = dev.node_files.s3_payload
     bucket = dev.value["user_data_payload_bucket"]
     obj = dev.inputs("aws:s3/bucketObjectv2:BucketObjectv2", "dev-payload")
     assert obj["bucket"] == bucket and obj["key"] == f"payload/{sha}.tar.gz"
     assert base64.b64decode(obj["contentBase64"]) == tar
-    policy = json.loads(dev.inputs("aws:iam/rolePolicy:RolePolicy", "dev-payload")["policy"])
-    assert policy["Statement"] == [
-        {
-            "Action": "s3:GetObject",
-            "Effect": "Allow",
-            "Resource": [f"arn:aws:s3:::{bucket}/payload/{sha}.tar.gz", f"arn:aws:s3:::{bucket}/blocks/ends.json"],
-        }
-    ]
+    for role in ("dev", "dev-controller"):
+        policy = json.loads(dev.inputs("aws:iam/rolePolicy:RolePolicy", f"{role}-payload")["policy"])
+        assert policy["Statement"] == [
+            {"Action": "s3:GetObject", "Effect": "Allow", "Resource": f"arn:aws:s3:::{bucket}/payload/{sha}.tar.gz"}
+        ]
     boot = gzip.decompress(dev.node_files.user_data)
     assert f"s3://{bucket}/payload/{sha}.tar.gz".encode() in boot
 
@@ -190,11 +196,12 @@ def test_prod_resources(prod):
     assert [n for t, n in custom if t == ASG] == ["prod-block-a", "prod-block-b", "prod-controller"]
     assert ("aws:ec2/natGateway:NatGateway", "prod-nat") in custom
     assert ("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "prod-s3") in custom
-    # 13 network, 5 security group, 2 FSx, 3 payload, 8 IAM (workers' and controller's
-    # role, profile, payload policy, SSM attachment), 2 templates (workers', controller's),
-    # 3 groups, 6 scheduled actions (prod's blocks start after PLAN_NOW: scale out and in per group)
-    # 1 published block-ends object (blocks/ends.json)
-    assert len(custom) == 43
+    # 13 network, 5 security group, 2 FSx, 3 payload, 14 IAM (workers' and controller's
+    # role, profile, payload policy, logs policy, SSM attachment; the controller's block-ends,
+    # repair, topology-read and metrics policies), 2 templates (workers', controller's),
+    # 3 groups, 6 scheduled actions (prod's blocks start after PLAN_NOW: scale out and in per group),
+    # 1 published block-ends object (blocks/ends.json), 2 CloudWatch (log group, dashboard)
+    assert len(custom) == 51
 
 
 def test_prod_blocks_and_sizes(prod):
@@ -325,6 +332,7 @@ def test_main_exports_every_output():
             "image_id",
             "launch_template_id",
             "launch_template_version",
+            "logs",
             "node_groups",
             "region",
             "security_group_id",
@@ -377,7 +385,7 @@ def test_dev_controller_has_its_own_template_and_role_with_the_workers_settings(
     same = {k: v for k, v in ctl.items() if k not in ("name", "description", "iamInstanceProfile")}
     assert same == {k: v for k, v in workers.items() if k not in ("name", "description", "iamInstanceProfile")}
     role = dev.inputs("aws:iam/role:Role", "dev-controller-role")
-    assert role["description"] == "gpu-cluster dev controller (SSM access only)"
+    assert role["description"] == "gpu-cluster dev controller (SSM access, replaces failed workers)"
     assert dev.inputs("aws:iam/role:Role", "dev-role")["description"] == "gpu-cluster dev GPU nodes (SSM access only)"
     # today's node grants on both roles: SSM and the payload object
     for who in ("dev", "dev-controller"):
@@ -385,6 +393,43 @@ def test_dev_controller_has_its_own_template_and_role_with_the_workers_settings(
         assert ssm["policyArn"] == "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
         assert ssm["role"].startswith(f"{who}-role")
     assert dev.value["controller_placement"] == "block"
+
+
+def test_only_the_controller_reads_the_instance_topology_and_nothing_else(dev):
+    """slurm.topology tree (default): the controller's role, and only it, gets exactly
+    ec2:DescribeInstanceTopology, on "*" (the action has no resource type to scope to),
+    as its own RolePolicy; `none` drops it."""
+    policy = dev.inputs("aws:iam/rolePolicy:RolePolicy", "dev-controller-topology")
+    assert policy["role"].startswith("dev-controller-role")
+    assert json.loads(policy["policy"]) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ReadInstanceTopology",
+                "Effect": "Allow",
+                "Action": "ec2:DescribeInstanceTopology",
+                "Resource": "*",
+            }
+        ],
+    }
+    worker_grants = [
+        json.loads(r["inputs"]["policy"])
+        for r in dev.resources
+        if r["type"] == "aws:iam/rolePolicy:RolePolicy" and not r["name"].startswith("dev-controller")
+    ]
+    assert "DescribeInstanceTopology" not in json.dumps(worker_grants)
+    raw, region = stack_config("dev")
+    raw["slurm"] = {"topology": "none"}
+    names = [name for typ, name in run_program(raw, region).custom() if typ == "aws:iam/rolePolicy:RolePolicy"]
+    assert sorted(names) == [
+        "dev-controller-block-ends",
+        "dev-controller-logs",
+        "dev-controller-metrics",
+        "dev-controller-payload",
+        "dev-controller-repair",
+        "dev-logs",
+        "dev-payload",
+    ]
 
 
 @pytest.fixture(scope="module")

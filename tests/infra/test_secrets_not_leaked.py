@@ -1,4 +1,5 @@
-"""No registry secret reaches user data, the payload, plan.json, stack outputs or logs.
+"""No registry secret (and no accounting database password) reaches user data, the payload,
+plan.json, stack outputs or logs.
 
 A stack with every kind of registry login is planned with distinctive secret values
 (`offline.plan.write_plan`, the same writer as `python -m offline.plan`); every byte it
@@ -13,6 +14,7 @@ import base64
 import gzip
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -126,3 +128,34 @@ def test_node_logs_hold_no_secret_but_the_credentials_file_does(tmp_path):
     logs += node.calls.read_text()
     for s in SECRETS:
         assert s not in logs
+
+
+# --- the accounting database: RDS generates the password; nothing of ours ever holds it ---
+
+
+def test_the_accounting_database_password_exists_nowhere_in_what_the_program_writes(tmp_path):
+    raw = _cluster()
+    raw["accounting"] = {"enabled": True, "second_subnet_id": "subnet-0b1b2c3d4e5f60719"}
+    raw["users"] = [{"name": "alice", "uid": 2001, "account": "physics"}]
+    config = {"aws:region": REGION, "gpu-cluster:cluster": raw, NGC_KEY: {"secure": "v1:AAAABBBBCCCC"}}
+    (tmp_path / "Pulumi.team.yaml").write_text(yaml.safe_dump({"config": config}))
+    out = tmp_path / "plan"
+    plan = write_plan("team", out, root=tmp_path, secrets={NGC_KEY: STACK_SECRET})
+    (db,) = [r for r in plan["resources"] if r["type"] == "aws:rds/instance:Instance"]
+    # no password input at all: RDS makes one and keeps it in Secrets Manager
+    assert db["inputs"]["manageMasterUserPassword"] is True
+    assert [k for k in db["inputs"] if "password" in k.lower()] == ["manageMasterUserPassword"]
+    files = _all_bytes(out)
+    templates = [d for n, d in files if n.endswith("!opt/gpu-cluster/templates/slurmdbd.conf")]
+    assert templates and all(b"StoragePass=@STORAGE_PASS@\n" in t for t in templates)  # positive control
+    # every StoragePass anywhere is the placeholder: no value was rendered
+    for name, data in files:
+        for m in re.finditer(rb"StoragePass=(\S*)", data):
+            assert m.group(1) == b"@STORAGE_PASS@", name
+    # the nodes and the outputs get where the secret is (its ARN), never what it holds
+    secret_arn = plan["outputs"]["accounting_database"]["secret_arn"]
+    assert secret_arn.startswith("arn:aws:secretsmanager:") and ":secret:rds!db-" in secret_arn
+    env = next(d for n, d in files if n.endswith("user-data!/etc/gpu-cluster/cluster.env"))
+    assert secret_arn.encode() in env
+    (policy,) = [r for r in plan["resources"] if r["name"].endswith("-controller-accounting-secret")]
+    assert json.loads(policy["inputs"]["policy"])["Statement"][0]["Resource"] == secret_arn

@@ -80,15 +80,19 @@ def test_lanes_pin_their_slurm_series_and_the_mirror_pins_enroot():
     assert {n: (lane.suite, lane.slurm_series) for n, lane in images.LANES.items()} == {
         "bookworm": ("bookworm", "22.05"),
         "trixie": ("trixie", "24.11"),
+        "slurm2311": ("bookworm", "23.11"),  # the nodes' Slurm, built here, on Debian 12
     }
+    assert [n for n, lane in images.LANES.items() if lane.local_slurm] == ["slurm2311"]
     m = mirror.Mirror(Path("/x"), "a", "b")
     assert images.lane_settings(images.LANES["trixie"], m) == {
         "ENROOT_URL": "file:///mnt/gpu-cluster-mirror/enroot",
         "PYXIS_URL": "file:///mnt/gpu-cluster-mirror/pyxis",
         "ENROOT_VERSION": "4.1.2",
         "DOWNLOAD_SHA256": "v0.24.0.tar.gz=b",
+        "AWS_WHEELS": "/mnt/gpu-cluster-mirror/pypi",
         "SLURM_SERIES": "24.11",
         "GPU_CLUSTER_FSX": "bind",
+        "CLOUDWATCH_SKIP": "the local lanes have no route to Amazon's CloudWatch agent downloads or to CloudWatch",
     }
 
 
@@ -102,7 +106,10 @@ def test_vendor_dir_must_be_named(monkeypatch, tmp_path):
         mirror.vendor_dir()
     (tmp_path / "enroot-4.1.2.tar.gz").write_bytes(b"x")
     monkeypatch.setenv(mirror.VENDOR_ENV, str(tmp_path))
-    with pytest.raises(mirror.MirrorError, match=r"missing pyxis-0\.24\.0\.tar\.gz$"):
+    with pytest.raises(
+        mirror.MirrorError,
+        match=r"missing pyxis-0\.24\.0\.tar\.gz; `make vendor` downloads and checks them into \./vendor$",
+    ):
         mirror.vendor_dir()
 
 
@@ -185,3 +192,17 @@ def test_the_vendored_tarballs_match_their_pins():
     vendor = mirror.vendor_dir()
     for name in mirror.vendor_files():
         assert mirror.check_vendor_pin(vendor / name) == pins.vendor_pin(name).sha256
+
+
+def test_only_the_slurm2311_lane_installs_from_a_local_repository():
+    assert images.local_repo(images.LANES["bookworm"]) is None
+    assert images.local_repo(images.LANES["trixie"]) is None
+    assert images.LOCAL_REPO_PIN > 1000  # its versions win over the archive's, even newer ones
+
+
+def test_a_roots_local_repositories_come_from_its_manifest(tmp_path):
+    assert images.apt_repo_binds(tmp_path) == []
+    manifest = tmp_path / images.LANE_RECORD.lstrip("/")
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"apt_repos": {"/mnt/gpu-cluster-apt/slurm-23.11": "/var/cache/gpu-cluster/apt/s-1"}}')
+    assert images.apt_repo_binds(tmp_path) == [("/var/cache/gpu-cluster/apt/s-1", "/mnt/gpu-cluster-apt/slurm-23.11")]

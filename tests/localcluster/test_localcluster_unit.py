@@ -154,16 +154,45 @@ def test_boot_command_follows_runcmd_or_the_contract_entry_point(runcmd, expecte
     assert boot_command(runcmd) == expected
 
 
-def test_overrides_are_exactly_the_three_documented_swaps():
-    assert overrides_env().decode().splitlines() == [
+def _sourced(text: bytes, names) -> dict[str, str]:
+    """What a node's bash sees after `source overrides.env` (set -e: a syntax error fails)."""
+    script = "set -euo pipefail; source /dev/stdin; " + "; ".join(f'printf "%s\\0" "${n}"' for n in names)
+    r = subprocess.run(["bash", "-c", script], input=text, capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    return dict(zip(names, r.stdout.decode().split("\0")[:-1], strict=True))
+
+
+def test_overrides_are_exactly_the_documented_swaps():
+    text = overrides_env()
+    assert text.decode().splitlines() == [
         "AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:1338",
         "GPU_CLUSTER_SERVICE_MANAGER=direct",
         "GPU_CLUSTER_PACKAGES=preinstalled",
+        "CLOUDWATCH_SKIP='the local lanes have no route to Amazon'\"'\"'s CloudWatch agent downloads or to CloudWatch'",
     ]
+    # The nodes source the file: every value arrives whole (the reason has spaces and a quote).
+    assert _sourced(text, list(OVERRIDES)) == OVERRIDES
     assert set(OVERRIDES) == {
         "AWS_EC2_METADATA_SERVICE_ENDPOINT",
         "GPU_CLUSTER_SERVICE_MANAGER",
         "GPU_CLUSTER_PACKAGES",
+        "CLOUDWATCH_SKIP",
+    }
+
+
+def test_machine_overrides_keep_the_baked_lines_and_quote_the_hosts_swaps(tmp_path):
+    from localcluster.machine import OVERRIDES as BAKED_PATH
+    from localcluster.machine import merged_overrides
+
+    baked = tmp_path / BAKED_PATH
+    baked.parent.mkdir(parents=True)
+    baked.write_text("SLURM_SERIES=23.11\nDOWNLOAD_SHA256='a=1 b=2'\n")
+    swaps = {"CLOUDWATCH_SKIP": "no route to Amazon's agent", "JOIN_SETTLE": "10"}
+    text = merged_overrides(tmp_path, swaps)
+    assert _sourced(text, ["SLURM_SERIES", "DOWNLOAD_SHA256", *swaps]) == {
+        "SLURM_SERIES": "23.11",
+        "DOWNLOAD_SHA256": "a=1 b=2",
+        **swaps,
     }
 
 
@@ -270,9 +299,50 @@ def test_supervisor_does_not_boot_a_stopped_machine_again(tmp_path):
 def test_local_cluster_lanes_are_checked():
     from localcluster.cluster import LANES, LocalCluster
 
-    assert LANES == ("bookworm", "trixie", "namespace")
+    assert LANES == ("bookworm", "trixie", "slurm2311", "namespace")
     with pytest.raises(ValueError, match="lane 'jammy'"):
         LocalCluster("lanechk", lane="jammy")
+
+
+def test_local_cluster_images_are_checked():
+    from localcluster.cluster import IMAGES, LocalCluster
+
+    assert IMAGES == ("baked", "plain")
+    with pytest.raises(ValueError, match="image 'golden'"):
+        LocalCluster("imgchk", image="golden")
+
+
+def test_boot_log_steps_and_waits_are_read_to_a_tenth_of_a_second_and_split_into_work():
+    """What the bench reports per step: its time from the entry point's line, and its own
+    work (that time less the bounded waits the step logged)."""
+    from localcluster.cluster import BootWatch, LocalCluster, summary
+    from localcluster.nodes import Node
+
+    lc = LocalCluster("sumchk", out=lambda s="": None)
+    node = Node(cluster="sumchk", serial=11, hostname="ip-10-77-0-11", ip="10.77.0.11", instance_id="i-0", role="worker",
+                netns="n", veth="v", dir="/nonexistent")  # fmt: skip
+    w = BootWatch(node, None)
+    for line in (
+        "2026-12-02T05:33:00Z [50-slurm] waiting up to 300s for slurmctld to register x (scontrol show node)",
+        "2026-12-02T05:33:01Z [50-slurm] done waiting after 0.8s: slurmctld to register x (scontrol show node)",
+        "2026-12-02T05:33:02Z [boot] end 50-slurm ok after 1.9s",
+        "2026-12-02T05:33:02Z [boot] FAILED 60-enroot after 0.2s: /run/enroot is not 1777 (see /var/log/x)",
+    ):
+        lc._line(w, line)
+    assert [(s.step, s.state, s.seconds) for s in w.steps] == [("50-slurm", "ok", 1.9), ("60-enroot", "failed", 0.2)]
+    row = summary([w])["ip-10-77-0-11"]
+    assert row["step_work"] == {"50-slurm": pytest.approx(1.1), "60-enroot": 0.2}
+    assert row["wait_kinds"] == {"registration in slurmctld": 0.8}
+
+
+def test_host_polls_start_short_and_back_off_to_a_cap():
+    from itertools import islice
+
+    from localcluster.cluster import pauses
+
+    got = list(islice(pauses(0.1, 1.0), 8))
+    assert got[:3] == [0.1, pytest.approx(0.15), pytest.approx(0.225)]
+    assert got[-1] == 1.0 and all(b >= a for a, b in zip(got, got[1:], strict=False))
 
 
 @pytest.mark.parametrize(

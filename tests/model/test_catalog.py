@@ -6,6 +6,7 @@ from model.catalog import CATALOG, REAL_MEMORY_FRACTION, SUPPORTED_INSTANCE_TYPE
 
 # (type, gpus, vcpus, sockets, cores/socket, threads, EFA, network cards, EFA Gbit/s)
 EXPECTED = [
+    ("g6e.48xlarge", 8, 192, 2, 48, 2, 4, 4, 400),
     ("p4d.24xlarge", 8, 96, 2, 24, 2, 4, 4, 400),
     ("p4de.24xlarge", 8, 96, 2, 24, 2, 4, 4, 400),
     ("p5.48xlarge", 8, 192, 2, 48, 2, 32, 32, 3200),
@@ -42,7 +43,7 @@ def test_p5_real_memory_is_below_what_slurmd_reports():
 
 def test_derived_topology_is_marked_unconfirmed():
     # Only p4d/p4de (AWSOME-PC) and p5 (PC-5797) have a published slurmd -C topology.
-    for name in ("p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"):
+    for name in ("g6e.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"):
         assert {"sockets", "cores_per_socket"} <= set(CATALOG[name].unconfirmed)
     assert CATALOG["p5.48xlarge"].unconfirmed == ()
 
@@ -65,3 +66,11 @@ def test_inconsistent_topology_is_rejected():
             local_nvme_gb=0,
             efa_gbps=1,
         )
+
+
+def test_smoke_type_is_the_cheap_efa_type_karpenter_and_aws_describe():
+    # [K-IT] g6e.48xlarge: 8 L40S of 45776 MiB, 1572864 MiB, 7600 GB NVMe, 400000 Mbit/s,
+    # vpc.amazonaws.com/efa 4; [EFA-ACC]: G6e has up to four network cards.
+    s = CATALOG["g6e.48xlarge"]
+    assert (s.gpu_model, s.gpu_memory_mib, s.memory_mib, s.local_nvme_gb) == ("L40S", 45776, 1572864, 7600)
+    assert (s.pcie_gen, s.pcie_width, s.efa_on_card0) == (4, 16, True)

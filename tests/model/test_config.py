@@ -441,8 +441,7 @@ def test_config_error_prints_one_line_per_problem():
     lines = str(exc.value).split("\n")
     assert len(lines) == len(exc.value.problems) == 2
     assert (
-        lines[0]
-        == f"{R}.zz\\x00\\nkey: unknown key; remove it or check its spelling against the config reference in README.md"
+        lines[0] == f"{R}.zz\\x00\\nkey: unknown key; remove it or check its spelling against docs/config-reference.md"
     )
     assert lines[1].startswith(f"{R}.tags: tag 'team' value 'a\\nb' has '\\n';")
     assert exc.value.problems[1][1].startswith("tag 'team' value 'a\nb'")

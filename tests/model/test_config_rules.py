@@ -443,7 +443,7 @@ MESSAGES = [
         "section-not-an-object",
         [("fsx", 5)],
         f"{R}.fsx",
-        "must be an object (a mapping of keys, see the config reference in README.md) (got 5)",
+        "must be an object (a mapping of keys, see docs/config-reference.md) (got 5)",
     ),
     (
         "list-not-a-list",

@@ -78,7 +78,8 @@ PROD_PROBLEMS = [
     ),
     (f"{P}.image.ami_id", _example("ami-0f1e2d3c4b5a69788", _ami_fix("us-east-1"))),
 ]
-EXPECTED = {"dev": DEV_PROBLEMS, "prod": PROD_PROBLEMS}
+SMOKE_PROBLEMS = [(f"{P}.image.ami_id", _example("ami-0c0ffee0c0ffee0c0", _ami_fix("us-east-1")))]
+EXPECTED = {"dev": DEV_PROBLEMS, "prod": PROD_PROBLEMS, "smoke": SMOKE_PROBLEMS}
 
 # Values a user would paste from their own account.
 REAL = {
@@ -119,7 +120,7 @@ def test_example_values_are_exactly_the_ids_in_the_shipped_stack_files():
     assert found == EXAMPLE_VALUES
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "smoke"])
 def test_each_example_value_is_refused_at_its_path(stack):
     raw, region = load_stack_config(stack)
     assert example_value_problems(parse_config(raw), region) == EXPECTED[stack]
@@ -131,7 +132,7 @@ def test_an_example_bucket_with_another_prefix_is_still_the_example():
     assert not is_example("subnet-0a1b2c3d4e5f60719")
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "smoke"])
 def test_program_preflight_refuses_the_shipped_stack_before_any_lookup(stack):
     raw, region = load_stack_config(stack)
     with pytest.raises(pulumi.RunError) as err:
@@ -176,7 +177,7 @@ def test_one_replaced_value_leaves_the_others_refused():
 def test_the_offline_plan_still_renders_the_shipped_stacks(tmp_path):
     from offline.plan import main as plan_main
 
-    for stack in ("dev", "prod"):
+    for stack in ("dev", "prod", "smoke"):
         assert plan_main(["--stack", stack, "--out", str(tmp_path / stack)]) == 0
         assert (tmp_path / stack / "plan.json").is_file()
 

@@ -21,9 +21,11 @@ from tests.support.mocks import stack_config
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
 SCHED = "aws:autoscaling/schedule:Schedule"
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
+DASHBOARD = "aws:cloudwatch/dashboard:Dashboard"
 # Input keys that carry a resource's own AWS physical name (elsewhere `bucket` names the
 # bucket an object or setting belongs to).
-NAME_INPUTS = ("name", "bucket")
+NAME_INPUTS = ("name", "bucket", "dashboardName")
 # Resources whose names are unique per account or region; the program must not fix them.
 AUTO_NAMED = (
     "aws:iam/role:Role",
@@ -65,13 +67,18 @@ def copied():
 def test_copied_stack_file_fixes_no_name_of_the_original(copied):
     (dev, _, _), (staging, _, _) = copied
     dev_names, staging_names = _physical_names(dev), _physical_names(staging)
-    assert {t for t, _ in dev_names} == {LT, ASG, SCHED}
+    assert {t for t, _ in dev_names} == {LT, ASG, SCHED, LOG_GROUP, DASHBOARD}
     assert dev_names.isdisjoint(staging_names), dev_names & staging_names
     assert sorted(n for t, n in staging_names if t in (LT, ASG)) == [
         "gpu-cluster-staging",
         "gpu-cluster-staging-block-a",
         "gpu-cluster-staging-controller",  # the controller's group
         "gpu-cluster-staging-controller",  # and its own launch template
+    ]
+    # the log group and dashboard (model/logs.py) are named from the stack too
+    assert sorted(n for t, n in staging_names if t in (LOG_GROUP, DASHBOARD)) == [
+        "/gpu-cluster/staging",
+        "gpu-cluster-staging",
     ]
     # The original stack keeps the names it always had.
     assert sorted(n for t, n in dev_names if t in (LT, ASG)) == [

@@ -27,7 +27,7 @@ def test_identity_tags():
         "GpuClusterBlock": "a",
     }
     with pytest.raises(ValueError, match="role"):
-        tags.identity_tags("c1", "login", 4, "a")
+        tags.identity_tags("c1", "head", 4, "a")
 
 
 def test_tag_keys_are_allowed_in_instance_metadata():

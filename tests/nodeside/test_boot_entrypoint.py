@@ -147,6 +147,25 @@ def test_imds_get_uses_token_and_endpoint(imds):
     assert r.stdout == "worker\n"
 
 
+def test_imds_session_token_is_reused_and_an_expired_one_replaced(imds):
+    """10-identity takes one token for its eight reads; a token IMDS refuses (401, e.g.
+    expired) is replaced at once, without the retry sleep."""
+    _Imds.seen.clear()
+    script = f'. "{COMMON}"; IMDS_TOKEN=$(imds_token); imds_get meta-data/instance-id; imds_get meta-data/instance-id'
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds, "IMDS_RETRY_SLEEP": "30"})  # fmt: skip
+    assert (r.returncode, r.stdout) == (0, "i-0feed\ni-0feed\n"), r.stderr
+    assert _Imds.seen == ["PUT /latest/api/token"] + ["GET /latest/meta-data/instance-id"] * 2
+    _Imds.seen.clear()
+    r = _imds_get(imds, "meta-data/instance-id", IMDS_TOKEN="expired", IMDS_RETRY_SLEEP="30")
+    assert (r.returncode, r.stdout) == (0, "i-0feed\n"), r.stderr
+    assert _Imds.seen == [
+        "GET /latest/meta-data/instance-id",
+        "PUT /latest/api/token",
+        "GET /latest/meta-data/instance-id",
+    ]
+
+
 def test_imds_missing_path_is_404_at_once(imds):
     _Imds.seen.clear()
     r = _imds_get(imds, "meta-data/tags/instance/GpuClusterNodes")
@@ -226,6 +245,19 @@ def test_munge_join_respects_min_age_and_subject(mj):
     shutil.copy(mj / "req" / "i-0bbb.pem", mj / "req" / "i-0ccc.pem")
     assert _mj(mj, "mj_answer munge.key req resp 0").stdout == "1\n"
     assert (mj / "resp" / "i-0bbb.cms").exists() and not (mj / "resp" / "i-0ccc.cms").exists()
+
+
+def test_join_key_is_ec_p256_and_pending_lists_only_unanswered_requests(mj):
+    """The one-time key is P-256 (made in milliseconds); the controller's responder wakes
+    early only for requests that have no response yet (mj_pending)."""
+    assert _mj(mj, "mj_request priv req i-0aaa; mj_request priv2 req i-0bbb").returncode == 0
+    key = subprocess.run(["openssl", "pkey", "-in", str(mj / "priv" / "join.key"), "-noout", "-text"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert "ASN1 OID: prime256v1" in key.stdout, key.stdout + key.stderr
+    said = _mj(mj, 'mj_pending req resp; echo "[$MJ_PENDING]"').stdout
+    assert said == "[i-0aaa i-0bbb ]\n"
+    assert _mj(mj, "mj_answer munge.key req resp 0").stdout == "2\n"
+    assert _mj(mj, 'mj_pending req resp; echo "[$MJ_PENDING]"').stdout == "[]\n"
 
 
 def test_stale_response_is_dropped_and_answered_again(mj):
@@ -323,10 +355,14 @@ def test_gc_drops_abandoned_requests_and_responses_only(mj):
 
 
 def test_systemd_mode_starts_without_blocking_and_waits_bounded(box):
-    # A stand-in systemctl records its calls; is-active says "active".
+    # A stand-in systemctl records its calls (and whether SysV hooks are skipped); is-active
+    # says "active"; is-enabled says slurmctld is not enabled yet, munge is.
     bindir = box.root / "fakebin"
     bindir.mkdir()
-    (bindir / "systemctl").write_text(f'#!/bin/bash\necho "$*" >>"{box.root}/systemctl.calls"\nexit 0\n')
+    (bindir / "systemctl").write_text(
+        f'#!/bin/bash\necho "${{SYSTEMCTL_SKIP_SYSV:+SKIP_SYSV }}$*" >>"{box.root}/systemctl.calls"\n'
+        "[[ $1 == is-enabled && $3 == slurmctld ]] && exit 1\nexit 0\n"
+    )
     (bindir / "systemctl").chmod(0o755)
     env = box.env(GPU_CLUSTER_SERVICE_MANAGER="systemd", PATH=f"{bindir}:{os.environ['PATH']}")
     r = subprocess.run(
@@ -334,7 +370,7 @@ def test_systemd_mode_starts_without_blocking_and_waits_bounded(box):
             "bash",
             "-c",
             f'set -euo pipefail; . "{COMMON}"; svc start slurmd; svc restart munge; '
-            "svc enable slurmctld; svc active slurmd; svc_reload",
+            "svc enable munge slurmctld; svc active slurmd; svc_reload",
         ],
         env=env,
         capture_output=True,
@@ -346,7 +382,9 @@ def test_systemd_mode_starts_without_blocking_and_waits_bounded(box):
         "is-active --quiet slurmd",
         "--no-block restart munge",
         "is-active --quiet munge",
-        "enable --quiet slurmctld",
+        "SKIP_SYSV is-enabled --quiet munge",
+        "SKIP_SYSV is-enabled --quiet slurmctld",
+        "SKIP_SYSV enable --quiet --no-reload slurmctld",  # munge is enabled already
         "is-active --quiet slurmd",
         "daemon-reload",
     ]

@@ -245,6 +245,8 @@ def test_train_template_imports_once_and_names_its_container(tmp_path, env):
         cpus_per_task=24,
         job_dir="/fsx/jobs",
         run_launcher="/opt/gpu-cluster/bin/gpu-cluster-run",
+        switches=True,
+        switches_wait="00:15:00",
     )
     assert "/opt/gpu-cluster/bin/gpu-cluster-image" in text
     job = tmp_path / "train.sbatch"

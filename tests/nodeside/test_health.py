@@ -8,6 +8,7 @@ a drain of its own, and a missing tool is a skip with its reason.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -217,3 +218,64 @@ def test_bench_runs_and_meets_its_goal():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "median" in r.stdout.splitlines()[-1]
+
+
+# --- the clock against an NTP reference (health.clock_reference; the lane's reference) ------
+
+
+@pytest.fixture
+def reference():
+    """The lane's clock reference (localcluster/timesync.py) on a free loopback port; `skew`
+    makes a second one answer that far ahead."""
+    from localcluster import timesync
+
+    socks = []
+
+    def start(skew: float = 0.0) -> str:
+        sock = timesync.serve("127.0.0.1", 0, skew)
+        socks.append(sock)
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+    yield start
+    for s in socks:
+        s.close()
+
+
+def test_clock_against_a_reference_that_agrees(reference):
+    ref = reference()
+    got = health.check_clock({"HEALTH_CLOCK_REFERENCE": ref, "HEALTH_CLOCK_MAX_OFFSET_MS": "100"})
+    assert got["status"] == "ok" and got["detail"].endswith(f"of {ref} (SNTP, stratum 10)"), got
+
+
+def test_clock_off_the_reference_fails_with_the_offset(reference):
+    ref = reference(skew=0.5)  # the reference is half a second ahead: this clock is slow
+    got = health.check_clock({"HEALTH_CLOCK_REFERENCE": ref, "HEALTH_CLOCK_MAX_OFFSET_MS": "100"})
+    assert got["status"] == "fail" and got["action"] == "reset"
+    assert got["detail"].startswith("clock 50") and f"ms slow of {ref}, over 100 ms (SNTP)" in got["detail"], got
+
+
+def test_clock_reference_that_does_not_answer_fails(monkeypatch):
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))  # bound, never answers
+        ref = f"127.0.0.1:{s.getsockname()[1]}"
+        monkeypatch.setattr(health, "SNTP_TIMEOUT", 0.2)
+        monkeypatch.setattr(health.sntp_offset, "__defaults__", (123, 0.2))
+        got = health.check_clock({"HEALTH_CLOCK_REFERENCE": ref})
+    assert got["status"] == "fail" and got["detail"].startswith(f"clock reference {ref} did not answer"), got
+
+
+def test_a_mount_point_is_read_from_mountinfo_so_a_same_device_bind_counts(tmp_path):
+    """/fsx bound from a directory of the same file system (the namespace lane) has the
+    parent's device number, which os.path.ismount compares; mountinfo lists it."""
+    bound = tmp_path / "f sx"
+    bound.mkdir()
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        f"36 25 0:32 / {str(bound).replace(' ', chr(92) + '040')} rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
+    )
+    assert not os.path.ismount(bound)
+    assert health.is_mount(str(bound), str(info))
+    assert not health.is_mount(str(tmp_path), str(info))
+    assert health.is_mount("/", str(tmp_path / "missing"))  # unreadable: the device rule

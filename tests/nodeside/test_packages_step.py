@@ -78,7 +78,9 @@ for a; do
   var=STUB_VERSION_${name//[-+.]/_}
   echo "${!var:-9.9-1}" >"$STUB/state/$name"
   case $name in
-    lustre-client-modules-*) : >"$STUB/state/module-lustre" ;;
+    lustre-client-modules-*)  # the module, in its kernel's tree, built for that kernel
+      k=${name#lustre-client-modules-}; mkdir -p "$STUB_ROOT/lib/modules/$k/updates/fs/lustre"
+      echo "$k SMP mod_unload modversions" >"$STUB_ROOT/lib/modules/$k/updates/fs/lustre/lustre.ko" ;;
     lustre-client-utils) [[ -n ${STUB_UTILS_BROKEN:-} ]] || { printf '#!/bin/sh\n' >"$STUB/bin/mount.lustre"; chmod +x "$STUB/bin/mount.lustre"; } ;;
     munge) for b in munged mungekey munge unmunge; do printf '#!/bin/sh\n' >"$STUB/bin/$b"; chmod +x "$STUB/bin/$b"; done ;;
   esac
@@ -102,7 +104,8 @@ pkg=${*: -1}
 if [[ -e $STUB/state/held-$pkg ]]; then printf 'hi %s' "$(<"$STUB/state/$pkg")"; else printf 'ii %s' "$(<"$STUB/state/$pkg")"; fi
 """,
     "dpkg": r"""[[ $1 == --print-architecture ]] && echo amd64""",
-    "modinfo": r"""[[ $1 == lustre && -e $STUB/state/module-lustre ]]""",
+    # `modinfo -F vermagic FILE`: a stub module file holds its vermagic line
+    "modinfo": r"""[[ $1 == -F && $2 == vermagic && -r $3 ]] && cat "$3" """,
     "uname": f"""[[ $1 == -r ]] && echo {KERNEL}""",
     "gpg": r"""cat >/dev/null; echo dearmored""",
     # the step's only waits: recorded, never slept; STUB_LOCK_FREED_AFTER frees the lists
@@ -120,10 +123,11 @@ exit 0""",
 class Box:
     def __init__(self, tmp: Path):
         self.tmp = tmp
+        self.root = tmp / "root"  # the image's files (GPU_CLUSTER_IMAGE_ROOT): /boot, /lib/modules
         self.stub = tmp / "stub"
         self.bin = self.stub / "bin"
         self.state = self.stub / "state"
-        for d in (self.bin, self.state, tmp / "sources", tmp / "keyrings"):
+        for d in (self.bin, self.state, tmp / "sources", tmp / "keyrings", self.root, tmp / "node-state"):
             d.mkdir(parents=True)
         for name, body in STUBS.items():
             self.add_stub(name, body)
@@ -140,6 +144,13 @@ class Box:
         p.write_text(f"#!{shutil.which('bash')}\nset -u\n{body}\n")
         p.chmod(0o755)
 
+    def module(self, kernel: str = KERNEL, built_for: str | None = None) -> Path:
+        """A Lustre module in `kernel`'s tree (built for `built_for`, default that kernel)."""
+        d = self.root / "lib/modules" / kernel / "updates/fs/lustre"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "lustre.ko").write_text(f"{built_for or kernel} SMP mod_unload modversions\n")
+        return d / "lustre.ko"
+
     def remove(self, name: str) -> None:
         (self.bin / name).unlink()
 
@@ -150,6 +161,11 @@ class Box:
         base = {
             "PATH": str(self.bin),
             "STUB": str(self.stub),
+            "STUB_ROOT": str(self.root),
+            "GPU_CLUSTER_IMAGE_ROOT": str(self.root),
+            "BAKE_PROGRAM": str(BOOT / "bake.py"),
+            "GPU_CLUSTER_STATE": str(self.tmp / "node-state"),
+            "IMAGE_MANIFEST": "/var/lib/gpu-cluster-image/manifest.json",
             "HOME": str(self.tmp),
             "GPU_CLUSTER_HOME": str(BOOT),
             "GC_STEP": "20-packages",
@@ -160,6 +176,7 @@ class Box:
             "FSX_CLIENT_KEY_URL": f"file://{self.tmp}/fsx.asc",
             "FSX_CLIENT_REPO": "https://fsx.example/ubuntu",
             "ENROOT_VERSION": "4.1.2",
+            "PYXIS_VERSION": "0.24.0",
             "ENROOT_URL": f"file://{self.tmp}/mirror/enroot",
             "STUB_ENROOT_REPORTS": "4.1.2",
             "GPU_CLUSTER_PACKAGES": "install",
@@ -212,7 +229,7 @@ def test_lustre_installs_the_module_and_the_mount_helper(box):
 
 def test_lustre_module_present_but_no_mount_helper_installs_only_the_utils(box):
     box.installed(f"lustre-client-modules-{KERNEL}")
-    (box.state / "module-lustre").touch()
+    box.module()
     r = box.run("lustre")
     assert r.returncode == 0, r.stdout + r.stderr
     assert box.apt() == [UPDATE, install_line("lustre-client-utils")]
@@ -226,7 +243,7 @@ def test_lustre_fails_with_reason_when_mount_lustre_is_still_missing(box):
 
 def test_lustre_already_complete_runs_no_apt(box):
     box.installed(f"lustre-client-modules-{KERNEL}")
-    (box.state / "module-lustre").touch()
+    box.module()
     box.add_stub("mount.lustre", "")
     r = box.run("lustre")
     assert r.returncode == 0, r.stderr
@@ -351,7 +368,7 @@ def test_stub_path_has_no_real_package_tools(box):
 
 # --- Slurm from the OS archive, on an image that has never seen it ----------------------
 
-SLURM_PKGS = ("slurm-wlm", "slurmd", "slurmctld", "slurm-client", "libpmix-dev")
+SLURM_PKGS = ("slurm-wlm", "slurmd", "slurmctld", "slurmdbd", "slurm-client", "libpmix-dev")
 PMIX_PLUGIN = sorted(Path("/usr/lib").glob("*/slurm-wlm/mpi_pmix*.so"))
 
 
@@ -468,7 +485,15 @@ def test_product_pins_name_every_file_step_20_downloads():
 
     words = dict(w.split("=") for w in pins.PRODUCT.cluster_env().split())
     v, p = pins.PRODUCT.enroot_version, pins.PRODUCT.pyxis_version
-    assert set(words) == {f"enroot_{v}-1_amd64.deb", f"enroot+caps_{v}-1_amd64.deb", f"v{p}.tar.gz"}
+    assert set(words) == {
+        f"enroot_{v}-1_amd64.deb",
+        f"enroot+caps_{v}-1_amd64.deb",
+        f"v{p}.tar.gz",
+        "amazon-cloudwatch-agent.deb",  # step 20's cloudwatch_agent, at a versioned path
+    }
+    assert pins.CLOUDWATCH_AGENT.url == (
+        f"https://amazoncloudwatch-agent.s3.amazonaws.com/ubuntu/amd64/{pins.CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb"
+    )
     assert all(d == pins.RECORD or re.fullmatch(r"[0-9a-f]{64}", d) for d in words.values())
     for d in pins.PRODUCT.downloads:
         assert d.url.endswith("/" + d.file) and d.source
@@ -554,10 +579,310 @@ def test_held_packages_count_as_installed_on_a_baked_root(box):
     assert r.returncode == 0, r.stdout + r.stderr
     assert box.apt() == []
     (hold,) = (box.stub / "apt-mark.log").read_text().splitlines()
-    assert hold.split() == ["hold", "slurm-client", "slurm-wlm", "slurmctld", "slurmd", "libpmix-dev", "munge"]
+    assert hold.split() == [
+        "hold",
+        "slurm-client",
+        "slurm-wlm",
+        "slurmctld",
+        "slurmd",
+        "slurmdbd",
+        "libpmix-dev",
+        "munge",
+    ]
 
 
 def test_hold_and_quiet_with_nothing_to_hold_fails(box):
     r = box.run("hold_and_quiet")
     assert r.returncode == 1
     assert box.reason.read_text().startswith("no kernel, Lustre, Slurm or munge package found to hold")
+
+
+# --- baked images: the bake checks the image's own kernel; a baked node only verifies -----
+
+IMAGE_K = "6.8.0-1016-aws"  # the kernel the image boots, newer than the one running the bake
+
+
+def test_a_bake_checks_lustre_for_the_images_kernel_not_the_running_one(box):
+    box.module(KERNEL)  # the running kernel has its module: beside the point
+    r = box.run("lustre", BAKE_KERNEL=IMAGE_K)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [UPDATE, install_line(f"lustre-client-modules-{IMAGE_K}", "lustre-client-utils")]
+    assert f"Lustre client for {IMAGE_K}" in r.stdout
+
+
+def test_a_bake_without_a_lustre_client_for_the_images_kernel_fails_naming_it(box):
+    (box.state / f"nocandidate-lustre-client-modules-{IMAGE_K}").touch()
+    r = box.run("lustre", BAKE_KERNEL=IMAGE_K)
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"no lustre-client-modules-{IMAGE_K} for the image's kernel {IMAGE_K} in the FSx client repository: "
+        "pin an AMI whose kernel has a Lustre client, or bake the client\n"
+    )
+
+
+def test_an_installed_module_package_built_for_another_kernel_fails_the_step(box):
+    box.installed(f"lustre-client-modules-{KERNEL}")
+    box.module(KERNEL, built_for="6.8.0-1009-aws")
+    box.add_stub("mount.lustre", "")
+    r = box.run("lustre")
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"Lustre module not available for the running kernel {KERNEL}: {box.root}/lib/modules/{KERNEL}/updates/fs/"
+        f"lustre/lustre.ko was built for kernel '6.8.0-1009-aws', not {KERNEL} (modinfo -F vermagic): it would not "
+        f"load; install lustre-client-modules-{KERNEL}\n"
+    )
+
+
+def test_a_bake_of_a_root_without_a_kernel_refuses_lustre_before_installing(box):
+    r = box.run("main", GPU_CLUSTER_BAKE="1")
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        "the image has no kernel of its own (/boot/vmlinuz-*): cannot bake a Lustre client for it\n"
+    )
+    assert box.apt() == []
+
+
+def baked_root(box: Box, verify: str) -> dict[str, str]:
+    """A root with a manifest and a stand-in gpu-cluster-bake whose `verify` runs `verify`."""
+    manifest = box.tmp / "manifest.json"
+    manifest.write_text("{}")
+    box.add_stub("gpu-cluster-bake", f'echo "$*" >>"$STUB/bake.log"\n{verify}')
+    # boto3's virtualenv, baked from the payload's requirements (its stamp)
+    req, venv = box.tmp / "aws-requirements.txt", box.tmp / "aws-venv"
+    req.write_text("boto3==1.44.8 --hash=sha256:00\n")
+    venv.mkdir()
+    (venv / ".requirements.sha256").write_text(sha(req.read_bytes()) + "\n")
+    return {
+        "IMAGE_MANIFEST": str(manifest),
+        "BAKE_PROGRAM": str(box.bin / "gpu-cluster-bake"),
+        "AWS_REQUIREMENTS": str(req),
+        "AWS_VENV": str(venv),
+    }
+
+
+def test_a_node_on_a_baked_image_verifies_and_downloads_nothing(box):
+    env = baked_root(
+        box,
+        f"printf 'NODE_IMAGE_MANIFEST=%s\\nNODE_KERNEL=%s\\n# Lustre client: skipped for a reason\\n' {'f' * 64} {KERNEL}",
+    )
+    box.remove("curl")  # nothing may be downloaded (no mirror exists either)
+    r = box.run("main", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [] and (box.stub / "bake.log").read_text() == "verify\n"
+    assert (box.tmp / "node-state/image.env").read_text() == f"NODE_IMAGE_MANIFEST={'f' * 64}\nNODE_KERNEL={KERNEL}\n"
+    assert f"baked image: manifest sha256 {'f' * 64};" in r.stdout
+    assert box.notes.read_text() == "20-packages: skipped: Lustre client: skipped for a reason\n"
+
+
+def test_a_node_whose_image_differs_from_its_manifest_fails_with_the_difference(box):
+    env = baked_root(
+        box, "echo 'gpu-cluster-bake verify: slurmd is 23.11.5, the image was baked with 23.11.4' >&2; exit 1"
+    )
+    r = box.run("main", **env)
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"baked image ({env['IMAGE_MANIFEST']}): slurmd is 23.11.5, the image was baked with 23.11.4\n"
+    )
+    assert box.apt() == []
+
+
+def test_a_node_whose_baked_boto3_has_other_pins_fails_instead_of_downloading(box):
+    env = baked_root(box, f"printf 'NODE_IMAGE_MANIFEST=%s\\n' {'f' * 64}")
+    Path(env["AWS_REQUIREMENTS"]).write_text("boto3==1.45.0 --hash=sha256:11\n")
+    r = box.run("main", **env)
+    assert r.returncode == 1
+    assert box.reason.read_text() == (
+        f"baked image: boto3 in {env['AWS_VENV']} was not installed from this {env['AWS_REQUIREMENTS']} (other pins): "
+        "bake a new image (python3 -m ops bake) and pin it\n"
+    )
+
+
+def test_a_bake_ignores_an_existing_manifest_and_installs(box):
+    env = baked_root(box, "exit 1")
+    r = box.run(
+        "[[ ${GPU_CLUSTER_BAKE:-0} != 1 && -e $IMAGE_MANIFEST ]] && echo verify || echo install",
+        GPU_CLUSTER_BAKE="1",
+        **env,
+    )
+    assert r.stdout == "install\n"
+
+
+# --- boto3 for the controller's agents: its own venv, hash-pinned ------------------------
+
+VENV_PYTHON_STUB = r"""
+case "$*" in
+  "-c import ensurepip, venv") [[ ! -e $STUB/state/no-ensurepip ]] ;;
+  "-m venv --clear "*)
+    d=${*: -1}; mkdir -p "$d/bin"; rm -f "$d/installed"
+    printf '#!%s\necho "$*" >>"%s/pip.log"\n[[ -z ${STUB_PIP_FAILS:-} ]] || exit 1\n: >"%s/installed"\n' "$BASH" "$STUB" "$d" >"$d/bin/pip"
+    printf '#!%s\n[[ -e "%s/installed" ]] || exit 1\n[[ $2 == *print* ]] && echo "1.44.8 1.44.8"\nexit 0\n' "$BASH" "$d" >"$d/bin/python3"
+    chmod +x "$d/bin/pip" "$d/bin/python3"
+    echo "venv $d" >>"$STUB/venv.log" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def aws_env(box: Box, **more: str) -> dict[str, str]:
+    req = box.tmp / "aws-requirements.txt"
+    if not req.exists():
+        req.write_text("boto3==1.44.8 --hash=sha256:00\n")
+    venv = box.tmp / "aws-venv"
+    return {
+        "AWS_VENV": str(venv),
+        "GPU_CLUSTER_AWS_PYTHON": str(venv / "bin/python3"),
+        "AWS_REQUIREMENTS": str(req),
+        **more,
+    }
+
+
+def pip_calls(box: Box) -> list[str]:
+    log = box.stub / "pip.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+PIP_ARGS = "install --quiet --disable-pip-version-check --no-input --require-hashes --no-deps --only-binary=:all:"
+
+
+def test_aws_python_installs_the_pinned_boto3_into_its_own_venv(box):
+    box.add_stub("python3", VENV_PYTHON_STUB)
+    env = aws_env(box)
+    r = box.run("aws_python", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert pip_calls(box) == [f"{PIP_ARGS} -r {env['AWS_REQUIREMENTS']}"]
+    assert box.apt() == []  # python3-venv was there
+    assert f"boto3/botocore 1.44.8 1.44.8 in {env['AWS_VENV']}" in r.stdout
+    want = sha((box.tmp / "aws-requirements.txt").read_bytes())
+    assert (box.tmp / "aws-venv/.requirements.sha256").read_text() == want + "\n"
+
+
+def test_aws_python_from_local_wheels_uses_no_index(box):
+    box.add_stub("python3", VENV_PYTHON_STUB)
+    env = aws_env(box, AWS_WHEELS="/mirror/pypi")
+    r = box.run("aws_python", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert pip_calls(box) == [f"{PIP_ARGS} --no-index --find-links /mirror/pypi -r {env['AWS_REQUIREMENTS']}"]
+
+
+def test_aws_python_is_verified_not_reinstalled_until_the_pins_change(box):
+    box.add_stub("python3", VENV_PYTHON_STUB)
+    env = aws_env(box)
+    assert box.run("aws_python", **env).returncode == 0
+    r = box.run("aws_python", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(pip_calls(box)) == 1  # a baked image: verified, nothing downloaded
+    (box.tmp / "aws-requirements.txt").write_text("boto3==1.44.9 --hash=sha256:01\n")
+    assert box.run("aws_python", **env).returncode == 0
+    assert len(pip_calls(box)) == 2
+
+
+def test_aws_python_without_ensurepip_installs_python3_venv(box):
+    box.add_stub("python3", VENV_PYTHON_STUB)
+    (box.state / "no-ensurepip").touch()
+    r = box.run("aws_python", **aws_env(box))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.apt() == [UPDATE, install_line("python3-venv")]
+
+
+def test_aws_python_pip_failure_names_the_requirements_file(box):
+    box.add_stub("python3", VENV_PYTHON_STUB)
+    env = aws_env(box, STUB_PIP_FAILS="1")
+    r = box.run("aws_python", **env)
+    assert r.returncode == 1
+    assert box.reason.read_text().startswith(
+        f"pip install -r {env['AWS_REQUIREMENTS']} into {env['AWS_VENV']} failed with status 1"
+    )
+    assert not (box.tmp / "aws-venv/.requirements.sha256").exists()
+
+
+# --- the CloudWatch agent: Amazon's signed .deb (docs/logs.md) -----------------------------
+# The REAL gpg: a key made for the test signs a stand-in .deb served from file:// URLs; the
+# pinned fingerprint is that key's; a wrong key or a tampered package is refused before apt.
+CW_VERSION = "1.300064.1b1344"
+CW_DEB = b"a stand-in for amazon-cloudwatch-agent.deb\n"
+needs_gpg = pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg (package gnupg) is not installed")
+
+
+def _gpg(home: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", "", *args],
+        input=data,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+
+
+def _key(home: Path, uid: str) -> str:
+    home.mkdir(mode=0o700, parents=True)
+    _gpg(home, "--quick-gen-key", uid, "ed25519", "sign", "never")
+    out = _gpg(home, "--with-colons", "--fingerprint").stdout.decode()
+    return next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    """Two signing keys: Amazon's stand-in and an impostor (ed25519: made in milliseconds)."""
+    root = tmp_path_factory.mktemp("gpg")
+    return {name: (root / name, _key(root / name, f"{name} <{name}@example.com>")) for name in ("amazon", "other")}
+
+
+def _mirror(box: Box, keys, signer: str = "amazon", served_key: str = "amazon", deb: bytes = CW_DEB) -> dict[str, str]:
+    d = box.tmp / "cw" / "ubuntu" / "amd64" / CW_VERSION
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "amazon-cloudwatch-agent.deb").write_bytes(deb)
+    home, _ = keys[signer]
+    sig = _gpg(home, "--detach-sign", "--output", "-", data=CW_DEB).stdout  # signs the genuine bytes
+    (d / "amazon-cloudwatch-agent.deb.sig").write_bytes(sig)
+    (box.tmp / "cw" / "key.gpg").write_bytes(_gpg(keys[served_key][0], "--export").stdout)
+    box.add_stub("gpg", f'exec {shutil.which("gpg")} "$@"')
+    return {
+        "CLOUDWATCH_AGENT_VERSION": CW_VERSION,
+        "CLOUDWATCH_AGENT_URL": f"file://{d}/amazon-cloudwatch-agent.deb",
+        "CLOUDWATCH_AGENT_KEY_URL": f"file://{box.tmp}/cw/key.gpg",
+        "CLOUDWATCH_AGENT_KEY_FINGERPRINT": keys["amazon"][1],
+        "DOWNLOAD_SHA256": f"amazon-cloudwatch-agent.deb={hashlib.sha256(CW_DEB).hexdigest()}",
+        "STUB_VERSION_amazon_cloudwatch_agent": f"{CW_VERSION}-1",
+    }
+
+
+@needs_gpg
+def test_a_package_signed_by_the_pinned_key_is_installed(box, keys):
+    r = box.run("cloudwatch_agent", **_mirror(box, keys))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        box.apt()[-1].endswith("/amazon-cloudwatch-agent.deb") and " install --no-install-recommends /" in box.apt()[-1]
+    )
+    assert f"CloudWatch agent {CW_VERSION}-1 (signature checked with key {keys['amazon'][1]})" in r.stdout
+    # installed: a second run downloads nothing
+    box.installed("amazon-cloudwatch-agent", f"{CW_VERSION}-1")
+    n = len(box.apt())
+    assert box.run("cloudwatch_agent", **_mirror(box, keys)).returncode == 0 and len(box.apt()) == n
+
+
+@needs_gpg
+def test_a_key_file_with_another_key_is_refused_before_apt(box, keys):
+    r = box.run("cloudwatch_agent", **_mirror(box, keys, signer="other", served_key="other"))
+    assert r.returncode == 1
+    assert box.reason.read_text().startswith(
+        f"the key from file://{box.tmp}/cw/key.gpg is {keys['other'][1]}, not the pinned"
+    )
+    assert not any("install" in line for line in box.apt())
+
+
+@needs_gpg
+def test_a_signature_by_another_key_or_a_tampered_package_is_refused(box, keys):
+    env = _mirror(box, keys, signer="other")  # the key file is Amazon's, the signature is not
+    r = box.run("cloudwatch_agent", **env)
+    assert r.returncode == 1 and "has no good signature by" in box.reason.read_text()
+    tampered = CW_DEB.replace(b"stand-in", b"trojaned")
+    env = {**_mirror(box, keys, deb=tampered), "DOWNLOAD_SHA256": "amazon-cloudwatch-agent.deb=record"}
+    r = box.run("cloudwatch_agent", **env)
+    assert r.returncode == 1 and "has no good signature by" in box.reason.read_text(), r.stdout
+    assert not any("install" in line for line in box.apt())
+
+
+def test_the_lanes_skip_it_with_their_reason(box):
+    r = box.run("cloudwatch_agent", CLOUDWATCH_SKIP="no route to Amazon", CLOUDWATCH_AGENT_VERSION=CW_VERSION)
+    assert r.returncode == 0 and f"SKIPPED: CloudWatch agent {CW_VERSION} (no route to Amazon)" in r.stdout
+    assert box.apt() == []

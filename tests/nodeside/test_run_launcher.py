@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from nodeside import run
 
 LAUNCHER = Path(run.__file__)
@@ -47,7 +45,7 @@ def test_command_gets_checkpoint_restart_count_and_flag(tmp_path):
     assert seen["env"]["GPU_CLUSTER_RESTART_COUNT"] == "2"
 
 
-def test_first_run_starts_fresh_and_max_restarts_stops_a_loop(tmp_path):
+def test_first_run_starts_fresh_and_max_restarts_stops_a_loop(tmp_path, capsys):
     seen = {}
     run.main(
         ["--resume-flag=--resume", "--", "python", "train.py"],
@@ -56,13 +54,17 @@ def test_first_run_starts_fresh_and_max_restarts_stops_a_loop(tmp_path):
     )
     assert seen["argv"] == ["python", "train.py"] and seen["env"]["GPU_CLUSTER_CHECKPOINT"] == ""
     assert seen["env"]["GPU_CLUSTER_RESTART_COUNT"] == "0"
-    with pytest.raises(SystemExit, match="restart 4 is over --max-restarts 3"):
-        run.main(
-            ["--checkpoint-dir", str(tmp_path), "--max-restarts", "3", "--", "true"],
-            environ={"SLURM_RESTART_COUNT": "4"},
-        )
-    with pytest.raises(SystemExit, match="no checkpoint directory"):
-        run.main(["--", "true"], environ={})
+    rc = run.main(
+        ["--checkpoint-dir", str(tmp_path), "--max-restarts", "3", "--", "true"],
+        environ={"SLURM_RESTART_COUNT": "4"},
+    )
+    assert rc == 1 and "restart 4 is over --max-restarts 3" in capsys.readouterr().err
+    assert run.main(["--", "true"], environ={}) == 2
+    assert "no checkpoint directory" in capsys.readouterr().err
+    assert run.main(["--checkpoint-dir", str(tmp_path), "--", "/nonexistent/cmd"], environ={}) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "gpu-cluster-run: cannot start /nonexistent/cmd: No such file or directory"
+    )
 
 
 def test_exec_as_a_program(tmp_path):

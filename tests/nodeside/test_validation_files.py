@@ -11,7 +11,8 @@ import pytest
 
 from nodeside import validation_report as vr
 from nodeside import verdict
-from tests.support.fake_slurm import DATA, FAKE_GPU_SCONTROL, FAKE_GPU_SRUN, FAKE_SINFO, TYPES, ctx
+from tests.support.fake_slurm import DATA, TYPES, ctx, run_fake_gpu_gate
+from tests.support.shellcheck import shellcheck
 from tests.support.shipped_verdict import shipped_namespace
 from userdata.validation_files import compact_python, validation_files
 
@@ -33,7 +34,7 @@ def test_rendering_is_byte_stable():
 
 
 @pytest.mark.parametrize("itype", sorted(TYPES) + ["local"])
-def test_scripts_pass_bash_n_and_shellcheck(itype, tmp_path):
+def test_scripts_pass_bash_n_and_shellcheck(itype, tmp_path, shellcheck_cache):
     c = (
         ctx(itype)
         if itype in TYPES
@@ -44,8 +45,8 @@ def test_scripts_pass_bash_n_and_shellcheck(itype, tmp_path):
         f = tmp_path / Path(path).name
         f.write_text(files[path])
         assert subprocess.run(["bash", "-n", str(f)]).returncode == 0
-        sc = subprocess.run(["shellcheck", "-s", "bash", str(f)], capture_output=True, text=True)
-        assert sc.returncode == 0, sc.stdout
+        for sc in shellcheck(["-s", "bash"], [str(f)], cache=shellcheck_cache):
+            assert sc.returncode == 0, sc.stdout
 
 
 def test_p5_job_uses_seed_launch_settings():
@@ -106,6 +107,7 @@ def gate_settings_as_read(files):
             "/opt/gpu-cluster/validation/config.json",
             "/opt/gpu-cluster/lib/validation_report.py",
             "/opt/gpu-cluster/lib/verdict.py",
+            "/opt/gpu-cluster/lib/pair_topology.py",
             "/opt/gpu-cluster/lib/instance_types.json",
         ):
             f = Path(d) / path.lstrip("/")
@@ -171,25 +173,28 @@ def test_total_gzip_size_is_reported_and_bounded():
     files = validation_files(ctx())
     blob = "".join(files[k] for k in sorted(files)).encode()
     # the node files travel in the S3 payload, not in the 16 KB of user data [EC2-UD];
-    # the bound keeps the gate small next to the boot files it ships with
-    assert len(gzip.compress(blob, mtime=0)) < 20000
+    # the bound keeps the gate small next to the boot files it ships with (raised from
+    # 20000 when the verdict and report programs gained their input checks, human output,
+    # --version and eight more log shapes: 22081 bytes then; and again for the topology
+    # pair selection, nodeside/pair_topology.py, and the per-level report: 25743 bytes)
+    assert len(gzip.compress(blob, mtime=0)) < 26500
 
 
 # --- report logic --------------------------------------------------------------------
 
 
 def test_pairs_two_nodes_ring_and_blocks():
-    assert vr.pairs(["a", "b"], {}) == [("a", "b", "within:default")]
+    assert vr.pairs(["a", "b"], {}) == [("a", "b", "within:default", None)]
     assert vr.pairs(["a", "b", "c"], {}) == [
-        ("a", "b", "within:default"),
-        ("b", "c", "within:default"),
-        ("c", "a", "within:default"),
+        ("a", "b", "within:default", None),
+        ("b", "c", "within:default", None),
+        ("c", "a", "within:default", None),
     ]
     feats = vr.parse_features("a block-x,p5.48xlarge\nb block-x\nc block-y\nd block-y\n")
     assert vr.pairs(["a", "b", "c", "d"], feats) == [
-        ("a", "b", "within:x"),
-        ("c", "d", "within:y"),
-        ("a", "c", "across:x/y"),
+        ("a", "b", "within:x", None),
+        ("c", "d", "within:y", None),
+        ("a", "c", "across:x/y", None),
     ]
 
 
@@ -491,49 +496,40 @@ def test_status_command_reads_latest(tmp_path):
     assert "SKIPPED single" in out.stdout
 
 
+def test_status_command_includes_the_health_records(tmp_path):
+    """`gpu-cluster-validation status` on the controller: the gate's verdict, then each
+    node's last health record (state, time, drain reason), in text and in --json."""
+    fake_gate(tmp_path, "pmix")
+    cfg = tmp_path / "opt" / "validation" / "config.json"
+    health = Path(json.loads(cfg.read_text())["fsx_root"]) / "health"
+    health.mkdir(parents=True, exist_ok=True)
+    bad = {
+        "node": "n2",
+        "time": "2026-12-01T11:57:00Z",
+        "state": "unhealthy",
+        "reason": "gpu-cluster health: gpu count 7 of 8 (nvidia-smi -L)",
+        "checks": [{"check": "gpu-count", "status": "fail", "detail": "gpu count 7 of 8 (nvidia-smi -L)"}],
+    }
+    (health / "n2.json").write_text(json.dumps(bad))
+    (health / "n1.json").write_text(json.dumps({"node": "n1", "time": "2026-12-01T11:58:00Z", "state": "healthy"}))
+    argv = ["python3", "-m", "nodeside.validation_report", "--config", str(cfg), "status"]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-3:] == [
+        "node health (2 record(s)):",
+        "  n1: healthy (2026-12-01T11:58:00Z)",
+        "  n2: unhealthy (2026-12-01T11:57:00Z): gpu-cluster health: gpu count 7 of 8 (nvidia-smi -L)",
+    ]
+    doc = json.loads(subprocess.run([*argv, "--json"], capture_output=True, text=True).stdout)
+    assert doc["verdict"] == "GO" and doc["health"]["n2"]["failed"] == ["gpu count 7 of 8 (nvidia-smi -L)"]
+
+
 # --- the gate against fake Slurm and fake GPU tools ----------------------------------
 
 
 def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
-    c = ctx(fsx_root=str(tmp_path / "fsx"))
-    base = tmp_path / "opt"
-    for path, content in validation_files(c).items():
-        f = base / path.lstrip("/").replace("opt/gpu-cluster/", "", 1)
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(content.replace("/opt/gpu-cluster", str(base)))
-    fakebin = tmp_path / "bin"
-    fakebin.mkdir()
-    for name, body in (
-        ("srun", FAKE_GPU_SRUN),
-        ("scontrol", FAKE_GPU_SCONTROL),
-        ("sinfo", FAKE_SINFO),
-        ("nvidia-smi", "#!/bin/sh\nexit 0\n"),
-        ("fi_pingpong", "#!/bin/sh\nexit 0\n"),
-    ):
-        (fakebin / name).write_text(body)
-        (fakebin / name).chmod(0o755)
-    for cuda in ("12.8", "13.2"):  # two CUDA builds: the newest is used
-        d = tmp_path / "usr" / f"cuda-{cuda}" / "efa" / f"test-cuda-{cuda}"
-        d.mkdir(parents=True)
-        for exe in ("all_reduce_perf", "alltoall_perf"):
-            (d / exe).write_text("")
-            (d / exe).chmod(0o755)
-    env = dict(
-        os.environ,
-        PATH=f"{fakebin}:{os.environ['PATH']}",
-        SLURM_JOB_ID="7",
-        SLURM_JOB_NODELIST="n[1-4]",
-        FAKE_BAD="n3",
-        FAKE_LOG=str(tmp_path / "calls.log"),
-        DATA=str(DATA),
-        VALIDATION_CUDA_ROOT=str(tmp_path / "usr"),
-        VALIDATION_PINGPONG_SERVER_WAIT="0",
-    )
-    proc = subprocess.run(
-        ["bash", str(base / "validation" / "gate.sh")], env=env, capture_output=True, text=True, timeout=300
-    )
-    root = tmp_path / "fsx" / "validation"
-    report = json.loads((root / (root / "latest").read_text().strip() / "report.json").read_text())
+    # two CUDA builds: the newest is used
+    proc, report = run_fake_gpu_gate(tmp_path, ["n1", "n2", "n3", "n4"], cuda=("12.8", "13.2"), FAKE_BAD="n3")
     got = [(r["step"], "+".join(r["nodes"]), r["verdict"]) for r in report["steps"]]
     assert got[:6] == [
         ("container", "n1+n2+n3+n4", "GO"),
@@ -555,6 +551,9 @@ def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
         ("alltoall", "n3+n4", "GO"),
         ("all_reduce", "n4+n1", "GO"),
         ("alltoall", "n4+n1", "GO"),
+        # n3 had no pair that measured well: measured again with n1, which had
+        ("all_reduce", "n3+n1", "NO-GO"),
+        ("alltoall", "n3+n1", "GO"),
     ]
     assert [g for g in got if g[0].startswith("torch")] == [
         ("torch_all_reduce", "n1+n2", "GO"),
@@ -621,9 +620,12 @@ def test_gate_stops_before_any_step_when_config_lacks_a_setting(tmp_path):
 
 
 def test_join_pairs_each_newcomer_with_the_partner_else_a_ring_of_newcomers():
-    assert vr.join_pairs(["n5", "n6", "n1"], ["n5", "n6"], "n1") == [("n5", "n1", "join"), ("n6", "n1", "join")]
+    assert vr.join_pairs(["n5", "n6", "n1"], ["n5", "n6"], "n1") == [
+        ("n5", "n1", "join", None),
+        ("n6", "n1", "join", None),
+    ]
     # the partner failed its own single-node check (not in nodes): newcomers pair among themselves
-    assert vr.join_pairs(["n5", "n6"], ["n5", "n6"], "n1") == [("n5", "n6", "within:default")]
+    assert vr.join_pairs(["n5", "n6"], ["n5", "n6"], "n1") == [("n5", "n6", "within:default", None)]
 
 
 def test_join_outcome_fails_only_newcomers_and_names_check_and_log():

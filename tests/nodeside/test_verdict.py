@@ -286,13 +286,21 @@ def test_cli_json_lines_and_exit_status():
     assert [json.loads(x)["verdict"] for x in both.stdout.splitlines()] == ["GO", "NO-GO"]
 
 
-@pytest.mark.parametrize("make", [lambda d: d / "nope", lambda d: d])
-def test_cli_unreadable_log_exits_3(tmp_path, make):
-    # a missing file or a directory is an input problem, not a NO-GO measurement
+@pytest.mark.parametrize(
+    "make, code, why",
+    [
+        (lambda d: d / "nope", 3, "cannot read log: No such file or directory"),
+        (lambda d: d, 2, "not a log file: a directory"),
+        (lambda d: Path("/dev/zero"), 2, "not a log file: not a regular file (a device, FIFO or socket)"),
+    ],
+)
+def test_cli_unreadable_log_or_not_a_file(tmp_path, make, code, why):
+    # a missing file cannot be read (3); a directory or a device is bad input (2), refused
+    # before it is read (/dev/zero would be read without end); neither is a measurement
     out = cli("--json", str(make(tmp_path)))
-    assert out.returncode == 3
+    assert out.returncode == code
     obj = json.loads(out.stdout)
-    assert obj["verdict"] == "NO-GO" and obj["reasons"][0].startswith("cannot read log:")
+    assert obj["verdict"] == "NO-GO" and obj["reasons"] == [why]
 
 
 def test_cli_unreadable_wins_over_nogo_and_go(tmp_path):
@@ -583,7 +591,16 @@ def test_shipped_copy_reads_the_catalog_data_and_imports_nothing_of_ours(tmp_pat
 
     files = validation_files(ctx())
     shipped = files["/opt/gpu-cluster/lib/verdict.py"]
-    assert "model" not in shipped and "CATALOG" not in shipped
+    import ast
+
+    imported = set()
+    for node in ast.walk(ast.parse(shipped)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    ours = {"model", "userdata", "infra", "offline", "stackfile", "nodeside", "localcluster", "ops", "clitools"}
+    assert not imported & ours and "CATALOG" not in shipped
     ns = shipped_namespace(files, tmp_path)
     assert ns["INSTANCE_TYPES"] == {n: (s.efa_gbps, s.gpus, s.efa_count) for n, s in CATALOG.items()}
     text = (DATA / "gcp_h100_allreduce_8g.log").read_text()
@@ -637,10 +654,44 @@ def test_cli_instance_type():
     assert bad.returncode == 2 and "invalid choice: 'p9.huge'" in bad.stderr
 
 
-def test_cli_names_every_run_on_stderr():
+def test_cli_prints_human_lines_by_default_file_verdict_and_figures_against_floors():
     out = cli(str(DATA / "fi_pingpong_server_hang_issue11256.log"))
+    assert out.returncode == 1 and out.stderr == ""
+    path = DATA / "fi_pingpong_server_hang_issue11256.log"
+    assert out.stdout.splitlines()[:3] == [
+        f"{path}: NO-GO",
+        "  NO-GO: fi_pingpong #1 (lines 1-2): transport efa",
+        "  NO-GO: fi_pingpong #2 (lines 3-22): transport efa",
+    ]
+    out = cli("--instance-type", "p5.48xlarge", str(DATA / "gcp_h100_allreduce_8g.log"))
     assert out.returncode == 1
-    assert "  NO-GO: fi_pingpong #1 (lines 1-2)\n  NO-GO: fi_pingpong #2 (lines 3-22)\n" in out.stderr
+    assert out.stdout.splitlines() == [
+        f"{DATA / 'gcp_h100_allreduce_8g.log'}: NO-GO",
+        "  NO-GO: nccl-tests #1 (lines 1-64) all_reduce: 8589934592 B, algbw 180.71 GB/s (floor 240), busbw 338.82 GB/s",
+        "  NO-GO: algbw 180.71 GB/s at 8589934592 bytes below 240.0 GB/s",
+        "  note: no transport line in the log: verdict rests on bandwidth alone",
+    ]
+    out = cli("--instance-type", "p5.48xlarge", str(DATA / "efa_p5_allreduce_16g.log"))
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[1] == (
+        "  GO: nccl-tests #1 (lines 1-39): 17179869184 B, algbw 259.78 GB/s, busbw 487.09 GB/s, "
+        "transport efa (expected efa), nics 32 (expected 32)"
+    )
+
+
+def test_cli_version_and_internal_error_line(tmp_path, monkeypatch, capsys):
+    out = cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("verdict.py (gpu-cluster) ")
+    monkeypatch.delenv(verdict.DEBUG_ENV, raising=False)
+
+    def broken(*a, **kw):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(verdict, "evaluate", broken)
+    assert verdict.main([str(DATA / "efa_p5_allreduce_16g.log")]) == 4
+    assert capsys.readouterr().err == (
+        f"verdict.py: internal error: KeyError: 'a bug'; rerun with {verdict.DEBUG_ENV}=1 for the traceback\n"
+    )
 
 
 # --- linear parsing -----------------------------------------------------------------------
@@ -738,3 +789,74 @@ def test_run_as_a_script_from_a_checkout_finds_the_catalog(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["verdict"] == "GO"
+
+
+# --- log shapes from the hardening review (tests/data/verdict/SOURCES.md) ------------------
+
+
+def _judge_file(name, **kw):
+    return verdict.evaluate((DATA / name).read_text(), **kw)
+
+
+def test_a_single_node_run_is_no_proof_of_the_fabric_when_efa_is_expected():
+    r = _judge_file("synthetic_single_node_efa_allreduce.log", expect_transport="efa")
+    assert r["verdict"] == "NO-GO" and r["rank_nodes"] == 1 and r["transport"] == "efa"
+    assert r["reasons"] == ["ran on one node: no efa traffic between nodes was measured; run it across two nodes"]
+    # the same run judged without a network expectation (the gate's single-node step) passes
+    assert _judge_file("synthetic_single_node_efa_allreduce.log", expect_transport="any")["verdict"] == "GO"
+    # two hosts in the device list: not a single-node run
+    assert _judge_file("gcp_h100_allreduce_8g.log", expect_transport="any")["rank_nodes"] == 2
+
+
+def test_the_pytorch_all_reduce_benchmark_summary_is_read():
+    r = _judge_file("torch_allreduce_bench_a3_readme.log")
+    assert (r["tool"], r["verdict"], r["collective"]) == ("all_reduce_bench", "GO", "all_reduce")
+    assert (r["algbw"], r["busbw"], r["max_size_bytes"], r["ranks"]) == (44.947, 84.275, 4_000_000_000, 16)
+    low = _judge_file("torch_allreduce_bench_a3_readme.log", min_algbw=100.0)
+    assert low["reasons"] == ["algbw 44.947 GB/s at 4000000000 bytes below 100.0 GB/s"]
+    cut = "\n".join((DATA / "torch_allreduce_bench_a3_readme.log").read_text().splitlines()[:14])
+    assert verdict.evaluate(cut)["reasons"] == ["the summary was cut before its algbw and busbw lines"]
+
+
+def test_a_pingpong_server_logged_with_its_client_is_judged_by_the_client():
+    r = _judge_file("synthetic_fi_pingpong_server_and_client.log")
+    assert r["verdict"] == "GO" and [x["verdict"] for x in r["runs"]] == ["GO", "GO"]
+    assert r["runs"][0]["role"] == "server" and r["runs"][1]["role"] == "client"
+    assert r["notes"][0] == "fi_pingpong #1 (lines 1-1): server side: judged by its client, fi_pingpong #2"
+    # a server alone (no client figures anywhere) is still a run that measured nothing
+    assert _judge_file("fi_pingpong_server_hang_issue11256.log")["verdict"] == "NO-GO"
+
+
+def test_processes_that_ran_alone_are_found_whatever_the_order_of_their_lines():
+    r = _judge_file("synthetic_alone_interleaved_ranks.log")
+    assert r["verdict"] == "NO-GO"
+    assert r["reasons"][0].startswith(verdict.ALONE_REASON) and "(2 processes" in r["reasons"][0]
+
+
+def test_reducing_maxbytes_moves_the_largest_size_the_sweep_must_reach():
+    r = _judge_file("synthetic_reducing_maxbytes.log", expect_transport="efa")
+    assert r["verdict"] == "GO" and r["max_size_bytes"] == 1 << 30
+    assert "maxBytes reduced to 1073741824 to fit in GPU memory (nccl-tests' own line)" in r["notes"]
+    # without nccl-tests' own line, stopping there is still stopping short
+    assert _judge_file("efa_p5_allreduce_truncated.log")["verdict"] == "NO-GO"
+
+
+def test_one_row_per_datatype_is_judged_by_the_lowest_at_the_largest_size():
+    r = _judge_file("synthetic_datatypes_half_slow.log", min_algbw=150.0)
+    assert r["verdict"] == "NO-GO" and r["algbw"] == 90.36
+    assert r["reasons"] == ["algbw 90.36 GB/s at 8589934592 bytes below 150.0 GB/s"]
+
+
+def test_a_footer_without_the_out_of_bounds_line_reached_the_summary():
+    r = _judge_file("synthetic_footer_without_oob.log", expect_transport="efa")
+    assert r["verdict"] == "GO"
+    assert r["notes"] == ["no 'Out of bounds' line in the footer: correctness rests on the #wrong column"]
+
+
+@pytest.mark.parametrize(
+    "prefix", ["0: [prterun-node-a-2841@1,0]<stdout>: ", "[rank0]:[rank0]: ", "[node-a:0]: 0: ", "[0] "]
+)
+def test_two_launcher_prefixes_and_the_newer_ones_are_stripped(prefix):
+    text = "\n".join(prefix + ln[3:] for ln in (DATA / "efa_p5_allreduce_16g.log").read_text().splitlines())
+    assert verdict.evaluate(text, expect_transport="efa")["verdict"] == "GO"
+    assert _judge_file("synthetic_prrte_srun_labels.log", expect_transport="efa")["verdict"] == "GO"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from offline import review as rv
 from offline.plan import main
 from stackfile.setpath import apply_override
 
@@ -40,11 +41,14 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    out = tmp_path_factory.mktemp("render")
-    proc = _render(out / "a")
-    assert proc.returncode == 0, proc.stderr
-    return out / "a"
+def rendered(tmp_path_factory, render_cache):
+    """`python -m offline.plan --stack dev` in a fresh process (offline/review.py `render`),
+    kept by the hash of the tree in the cache the review-diff tests share."""
+    digest = rv.tree_digest(REPO, rv.head_files(REPO))
+    out = tmp_path_factory.mktemp("render") / "a"
+    done = rv.cached_render(REPO, "dev", out, rv.render_key(digest, REPO, "dev"), render_cache)
+    assert done.error is None, done.error
+    return done.out
 
 
 def test_plan_contents(rendered):
@@ -165,8 +169,15 @@ def test_plan_does_not_depend_on_the_wall_clock(tmp_path):
     assert (a / "plan.json").read_bytes() == (b / "plan.json").read_bytes()
 
 
-def test_replacing_edit_exits_with_the_guard_line(tmp_path):
-    proc = _render(tmp_path, "--set", "network.subnet_id=subnet-0ffffffffffffffff")
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory) -> list[subprocess.CompletedProcess]:
+    """A replacing edit, refused inside the program, in four fresh processes."""
+    out = tmp_path_factory.mktemp("refused")
+    return [_render(out, "--set", "network.subnet_id=subnet-0ffffffffffffffff") for _ in range(4)]
+
+
+def test_replacing_edit_exits_with_the_guard_line(refusals):
+    proc = refusals[0]
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
     assert line.startswith(
@@ -176,13 +187,12 @@ def test_replacing_edit_exits_with_the_guard_line(tmp_path):
     assert "fsx.allow_replace: true" in line
 
 
-def test_a_refusal_inside_the_program_leaves_no_exit_time_traceback(tmp_path):
+def test_a_refusal_inside_the_program_leaves_no_exit_time_traceback(refusals):
     """A RunError raised while resources register leaves the mocked run's event loop open;
     closed at exit by the garbage collector it printed "Exception ignored ... Invalid file
     descriptor" with a traceback, on some runs (GC order). Several fresh processes, each
     exactly the one refusal line."""
-    for _ in range(4):
-        proc = _render(tmp_path, "--set", "network.subnet_id=subnet-0ffffffffffffffff")
+    for proc in refusals:
         assert proc.returncode == 2
         assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
         assert len(proc.stderr.splitlines()) == 1, proc.stderr

@@ -133,15 +133,27 @@ def test_bad_stack_file_is_one_line_exit_2(tmp_path, capsys, text, line):
 
 def test_missing_stack_and_bad_stack_names(tmp_path, capsys):
     assert _cli(capsys, "--stack", "nope", "--out", str(tmp_path)) == (
-        2,
+        3,  # cannot read
         [],
-        ["Pulumi.nope.yaml: no such stack file; stacks here: dev, prod (pulumi stack init NAME, then copy one)"],
+        ["Pulumi.nope.yaml: no such stack file; stacks here: dev, prod, smoke (pulumi stack init NAME, then copy one)"],
     )
     assert _cli(capsys, "--stack", "../etc/x", "--out", str(tmp_path)) == (
         2,
         [],
-        ["--stack '../etc/x': a stack name is letters, digits, '-', '_' and '.'"],
+        ["--stack '../etc/x': a stack name is 1-100 letters, digits, '-', '_' and '.'"],
     )
+
+
+def test_the_stack_name_is_checked_with_a_config_file_too(tmp_path, capsys):
+    """The program's AWS names derive from the stack name whichever file holds the config."""
+    code, _, err = _cli(
+        capsys, "--stack", "a b/../c", "--config-file", str(REPO / "Pulumi.dev.yaml"), "--out", str(tmp_path / "o")
+    )
+    assert (code, err) == (2, ["--stack 'a b/../c': a stack name is 1-100 letters, digits, '-', '_' and '.'"])
+    code, _, err = _cli(
+        capsys, "--stack", "x" * 101, "--config-file", str(REPO / "Pulumi.dev.yaml"), "--out", str(tmp_path / "o")
+    )
+    assert code == 2 and err[0].endswith("a stack name is 1-100 letters, digits, '-', '_' and '.'")
 
 
 def test_a_yaml_alias_that_contains_itself(tmp_path, capsys):
@@ -331,7 +343,7 @@ def test_config_warnings_are_printed_not_fatal(tmp_path, capsys, monkeypatch):
     assert out[0].startswith(f"wrote {tmp_path}/plan.json: ")
 
 
-def test_internal_error_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
+def test_internal_error_is_one_line_exit_4(tmp_path, capsys, monkeypatch):
     import infra.cluster
 
     def broken(*a, **kw):
@@ -340,9 +352,12 @@ def test_internal_error_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(infra.cluster, "build", broken)
     monkeypatch.delenv(DEBUG_ENV, raising=False)
     assert _cli(capsys, "--stack", "dev", "--out", str(tmp_path / "o")) == (
-        1,
+        4,
         [],
-        [f"internal error: KeyError: 'a bug\\nover two lines'; rerun with {DEBUG_ENV}=1 for the traceback"],
+        [
+            "python -m offline.plan: internal error: KeyError: 'a bug\\nover two lines'; "
+            f"rerun with {DEBUG_ENV}=1 for the traceback"
+        ],
     )
 
 
@@ -354,7 +369,7 @@ def test_internal_error_traceback_on_request(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(infra.cluster, "build", broken)
     monkeypatch.setenv(DEBUG_ENV, "1")
-    assert main(["--stack", "dev", "--out", str(tmp_path / "o")]) == 1
+    assert main(["--stack", "dev", "--out", str(tmp_path / "o")]) == 4
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "ZeroDivisionError: a bug" in err
 

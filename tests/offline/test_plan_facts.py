@@ -128,3 +128,20 @@ def test_facts_survive_into_plan_json_byte_stably(tmp_path: Path):
     for d in ("a", "b"):
         assert main(["--stack", "dev", "--out", str(tmp_path / d)]) == 0
     assert (tmp_path / "a" / "plan.json").read_bytes() == (tmp_path / "b" / "plan.json").read_bytes()
+
+
+def test_each_run_in_one_process_has_its_own_stack():
+    """set_mocks keeps an existing root stack resource: a second run in the same process
+    (another stack name) was parented to the first run's stack (seen when the plan CLI
+    tests ran after the program tests in one xdist worker)."""
+
+    def program():
+        return pulumi.CustomResource("test:index:Thing", "a", {"x": 1}).id
+
+    for stack in ("first", "second"):
+        mocks = PlanMocks("us-east-2")
+        run_with_mocks(program, mocks, stack=stack, config={"aws:region": "us-east-2"})
+        assert (
+            mocks.resources[0]["options"]["parent"]
+            == f"urn:pulumi:{stack}::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-{stack}"
+        )

@@ -6,6 +6,7 @@ request would make; the review renders both revisions and must say exactly what 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -74,13 +75,14 @@ def fixture_repo(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clean_review(fixture_repo, tmp_path_factory):
+def clean_review(fixture_repo, tmp_path_factory, render_cache):
     """The unchanged tree against its own commit (before `changed` edits it), through the
     command line a workflow runs."""
     out = tmp_path_factory.mktemp("clean") / "review.md"
     proc = subprocess.run(
         [sys.executable, "-m", "offline.review", "--base", "base", "--format", "markdown", "--out", str(out)]
-        + ["--repo", str(fixture_repo), "--stack", "dev"],
+        + ["--repo", str(fixture_repo), "--stack", "dev"]
+        + (["--cache-dir", str(render_cache)] if render_cache else []),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -90,7 +92,7 @@ def clean_review(fixture_repo, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def changed(fixture_repo, clean_review):
+def changed(fixture_repo, clean_review, render_cache):
     def edit(c):
         c["fsx"]["deployment_type"] = "PERSISTENT_1"  # replaces the file system
         c["fsx"]["per_unit_storage_throughput"] = 200  # in place
@@ -105,7 +107,7 @@ def changed(fixture_repo, clean_review):
     step.write_text(step.read_text() + "# review fixture: a changed step\n")
     shutil.copy(fixture_repo / "Pulumi.dev.yaml", fixture_repo / "Pulumi.extra.yaml")
     (fixture_repo / "Pulumi.prod.yaml").unlink()
-    sha, reports = rv.review("base", repo=fixture_repo, stacks=["dev", "extra", "prod"])
+    sha, reports = rv.review("base", repo=fixture_repo, stacks=["dev", "extra", "prod"], cache=render_cache)
     return {
         "sha": sha,
         "reports": reports,
@@ -150,7 +152,7 @@ def test_fsx_replacement_banner_comes_first(changed):
         "applied; running nodes keep mounting the old one until replaced.",
         "!" * 78,
     ]
-    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 20 changed, 2 replaced, 2 node file(s) changed")
     # The file system leads its stack; the throughput change alone would be in place.
     assert dev[1:7] == [
         "  replaced               LustreFileSystem dev-lustre",
@@ -163,7 +165,7 @@ def test_fsx_replacement_banner_comes_first(changed):
 
 
 def test_launch_template_change_says_what_running_nodes_get(changed):
-    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 20 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                LaunchTemplate dev-lt")
     assert "      blockDeviceMappings[0].ebs.volumeSize: 512 -> 400" in dev[i:]
     assert (
@@ -173,7 +175,7 @@ def test_launch_template_change_says_what_running_nodes_get(changed):
 
 
 def test_tags_are_matched_by_key(changed):
-    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 20 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                Group dev-block-a")
     assert dev[i + 1 : i + 4] == [
         '      tags[key=GpuClusterBlockEnd].value: "2026-12-08T11:30:00Z" -> "2026-12-09T11:30:00Z"',
@@ -184,7 +186,7 @@ def test_tags_are_matched_by_key(changed):
 
 
 def test_schedule_change_says_when(changed):
-    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 20 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  changed                Schedule dev-block-a-scale-in")
     assert dev[i + 1 : i + 3] == [
         '      startTime: "2026-12-08T10:50:00Z" -> "2026-12-09T10:50:00Z"',
@@ -193,7 +195,7 @@ def test_schedule_change_says_when(changed):
 
 
 def test_changed_node_file_has_a_unified_diff(changed):
-    dev = _block(changed["text"], "== stack dev: 19 changed, 2 replaced, 2 node file(s) changed")
+    dev = _block(changed["text"], "== stack dev: 20 changed, 2 replaced, 2 node file(s) changed")
     i = dev.index("  node files:")
     assert dev[i + 1 : i + 9] == [
         "    changed node:/opt/gpu-cluster/steps/80-limits.sh",
@@ -210,14 +212,14 @@ def test_changed_node_file_has_a_unified_diff(changed):
 
 def test_added_and_removed_stacks(changed):
     text = changed["text"]
-    extra = _block(text, "== stack extra (new stack): 26 added")
+    extra = _block(text, "== stack extra (new stack): 34 added")
     assert extra[1:3] == [
-        "   53 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
+        "   75 node files, all new: `python -m offline.plan --stack extra --out DIR` writes them.",
         "  added                  LustreFileSystem dev-lustre",
     ]
     prod = _block(text, "== stack prod (stack removed): stack file removed, no resource deleted by it")
     assert prod[1:] == [
-        "   Pulumi.prod.yaml is removed: that alone deletes nothing. The stack's 43 resources (its FSx file "
+        "   Pulumi.prod.yaml is removed: that alone deletes nothing. The stack's 51 resources (its FSx file "
         "system and the data on /fsx included) stay until `pulumi destroy` is run on it."
     ]
     # Only a change that deletes or replaces the file system raises the banner.
@@ -237,7 +239,7 @@ def test_markdown_comment(changed):
     caution = lines.index("> [!CAUTION]")
     assert lines[caution + 1] == "> **FSx data at risk: the data on /fsx will be lost unless backed up.**"
     assert lines[caution + 2].startswith("> - dev: FSx file system dev-lustre will be REPLACED")
-    dev = lines.index("### Stack `dev`: 19 changed, 2 replaced, 2 node file(s) changed")
+    dev = lines.index("### Stack `dev`: 20 changed, 2 replaced, 2 node file(s) changed")
     assert caution < dev
     assert lines[dev + 2 : dev + 5] == [
         "| change | type | name | why |",
@@ -400,3 +402,46 @@ def test_a_base_from_before_the_offline_package_renders_with_its_own_plan_module
     result = rv.render(old, "dev", tmp_path / "out")
     assert result.error is None
     assert yaml.safe_load((tmp_path / "out" / "plan.json").read_text()) == {"module": "infra.plan", "stack": "dev"}
+
+
+def test_the_render_cache_renders_identical_content_once_and_misses_on_any_change(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_render(tree, stack, out):
+        calls.append((tree.name, stack))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(json.dumps({"tree": tree.name, "stack": stack}))
+        return rv.Render(stack, out)
+
+    monkeypatch.setattr(rv, "render", fake_render)
+    base, head, cache = tmp_path / "base", tmp_path / "head", tmp_path / "cache"
+    for tree in (base, head):
+        (tree / "bin").mkdir(parents=True)
+        (tree / "Pulumi.dev.yaml").write_text("config: {}\n")
+        (tree / "bin" / "run").write_text("#!/bin/sh\n")
+    jobs = [(base, "dev", tmp_path / "o" / "b"), (head, "dev", tmp_path / "o" / "h")]
+    monkeypatch.setattr(rv, "head_files", rv.tree_files)  # `head` is no git checkout here
+    by = rv._render_all(jobs, base, head, cache)
+    assert calls == [("base", "dev")]  # the same content at both revisions: one render
+    assert by[(str(base), "dev")].out == by[(str(head), "dev")].out
+    assert [p.name for p in cache.iterdir()] == [rv.render_key(rv.tree_digest(base, rv.tree_files(base)), base, "dev")]
+    by = rv._render_all(jobs, base, head, cache)
+    assert len(calls) == 1  # kept: nothing rendered again, the kept render is read where it lies
+    assert by[(str(head), "dev")].out.parent == cache
+    (head / "bin" / "run").chmod(0o755)  # a mode is content too
+    rv._render_all(jobs, base, head, cache)
+    assert calls[1:] == [("head", "dev")]
+    (base / "Pulumi.dev.yaml").write_text("config: {a: 1}\n")
+    rv._render_all(jobs, base, head, cache)
+    assert calls[2:] == [("base", "dev")]
+    # without a cache every job renders, as before
+    rv._render_all(jobs, base, head, None)
+    assert calls[3:] == [("base", "dev"), ("head", "dev")]
+
+
+def test_a_failed_render_is_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(rv, "render", lambda tree, stack, out: rv.Render(stack, out, "boom"))
+    tree = tmp_path / "t"
+    tree.mkdir()
+    got = rv.cached_render(tree, "dev", tmp_path / "out", "k" * 64, tmp_path / "cache")
+    assert got.error == "boom" and not (tmp_path / "cache").exists()

@@ -98,7 +98,7 @@ def test_no_terminal_and_no_flag_refuses():
     aws = Aws()
     stub_offerings(aws)
     rc, _, err, ctx = run(aws, "--purchase", OFF1)
-    assert rc == 1 and ctx.prompts == []
+    assert rc == 2 and ctx.prompts == []
     assert err.splitlines()[-1] == (
         "gpu-cluster-ops find-blocks: refusing to buy without confirmation: run in a "
         "terminal and type the offering id, or pass --yes-i-understand-no-refund"
@@ -139,7 +139,7 @@ def test_unknown_offering_and_no_offering():
     aws = Aws()
     aws.stub("ec2").add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": []}, EXPECTED)
     rc, out, _, _ = run(aws)
-    assert rc == 3
+    assert rc == 1
     assert out == (
         "no Capacity Block offering for 4 x p5.48xlarge for 7 days in this range; try other dates, fewer "
         "instances or a shorter duration\n"
@@ -154,7 +154,7 @@ def test_durations_aws_does_not_sell_are_refused_before_any_call():
         ctx=ctx,
         session_for=aws.session,
     )
-    assert rc == 1
+    assert rc == 2
     assert ctx.err.getvalue().strip() == (
         "gpu-cluster-ops find-blocks: --days 15: blocks last 1-14 days, or a multiple of 7 days up to 182"
     )
@@ -169,7 +169,7 @@ def test_access_denied_on_search():
         expected_params=EXPECTED,
     )
     rc, _, err, _ = run(aws)
-    assert rc == 1
+    assert rc == 3
     assert err.strip() == (
         "gpu-cluster-ops find-blocks: searching Capacity Block offerings: access denied to "
         "DescribeCapacityBlockOfferings; grant it to your AWS identity (You are not authorized to "

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ops.cli import main
-from tests.support.ops_stubs import NOW, Aws, context, reservation
+from tests.support.ops_stubs import NOW, Aws, asg, context, reservation
 from tests.support.preflight_account import (
     CR,
     END,
@@ -57,7 +57,7 @@ def test_every_bad_block_fact_at_once(tmp_path):
         ],
     )
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert rc == 2
+    assert rc == 1
     assert lines == [
         f"{P}.capacity.capacity_blocks[0].reservation_id: block {CR} is expired (ended 2026-12-01T11:30:00Z), not "
         "scheduled or active; no node can launch into it: run `python3 -m ops find-blocks` to find and buy one and "
@@ -85,7 +85,7 @@ def test_an_extended_block_is_named_an_extension_with_the_edit(tmp_path):
     aws = Aws()
     stub_account(aws, blocks=[block(end=END + timedelta(days=7))])
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert rc == 2
+    assert rc == 1
     assert lines == [
         f"{P}.capacity.capacity_blocks[0].end: block {CR} was extended: EC2 says it ends at 2026-12-14T11:30:00Z, "
         "the stack file 2026-12-07T11:30:00Z; until the stack file says so the group scales in and Slurm drains the "
@@ -102,7 +102,7 @@ def test_block_not_found(tmp_path):
         aws, block_error=("InvalidCapacityReservationId.NotFound", f"The capacity reservation '{CR}' does not exist")
     )
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert rc == 2
+    assert rc == 1
     assert lines[0] == (
         f"{P}.capacity.capacity_blocks[0].reservation_id: {CR} does not exist in this account in "
         "us-east-2; check the id and aws:region, or run `python3 -m ops find-blocks` to find and buy one"
@@ -117,7 +117,7 @@ def test_access_denied_is_reported_per_lookup_and_quota_is_a_warning(tmp_path):
         quota_error="AccessDeniedException",
     )
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert rc == 2
+    assert rc == 1
     assert lines == [
         f"{P}.capacity.capacity_blocks[0].reservation_id: could not check: reading the Capacity Blocks: access denied "
         "to DescribeCapacityReservations; grant it to your AWS identity (You are not authorized to perform this operation.)",
@@ -138,7 +138,7 @@ def test_public_subnet_in_other_az_without_dns(tmp_path):
     )
     rc, lines, _ = run(aws, write_stack(tmp_path))
     sp = f"{P}.network.subnet_id"
-    assert rc == 2
+    assert rc == 1
     assert lines == [
         f"{sp}: {SUBNET} is in us-east-2a but network.availability_zone is us-east-2b; use a private subnet in us-east-2b",
         f"{sp}: {SUBNET} is public (0.0.0.0/0 goes to igw-0123456789abcdef0); nodes have no public IP and must not be "
@@ -157,7 +157,7 @@ def test_subnet_without_egress_missing_subnet_and_foreign_az(tmp_path):
         zones=("us-east-2a",),
     )
     rc, lines, _ = run(aws, write_stack(tmp_path))
-    assert rc == 2
+    assert rc == 1
     assert lines[:2] == [
         f"{P}.network.availability_zone: us-east-2b is not an available zone of us-east-2 (us-east-2a); use one of "
         "them or fix aws:region",
@@ -202,7 +202,7 @@ def test_name_collisions_unless_tagged_for_this_cluster(tmp_path):
     stub_account(aws, lt=lt, asgs={"gpu-cluster-dev-block-a": group})
     rc, lines, _ = run(aws, write_stack(tmp_path))
     assert (rc, lines) == (
-        2,
+        1,
         [
             f"{P}.name: Auto Scaling group gpu-cluster-dev-block-a already exists in us-east-2 (without a GpuClusterName "
             "tag); choose another cluster name, or delete it if nothing uses it",
@@ -230,7 +230,7 @@ def test_json_output(tmp_path):
     stub_account(aws, blocks=[block(state="cancelled")])
     rc, lines, _ = run(aws, write_stack(tmp_path), "--json")
     doc = json.loads("\n".join(lines))
-    assert rc == 2 and doc["ok"] is False and doc["region"] == "us-east-2"
+    assert rc == 1 and doc["ok"] is False and doc["region"] == "us-east-2"
     assert [(p["path"], p["severity"]) for p in doc["problems"]] == [
         (f"{P}.capacity.capacity_blocks[0].reservation_id", "error")
     ]
@@ -261,12 +261,13 @@ def test_region_override_reaches_the_clients(tmp_path):
     }
     # The stubbed block and subnet say us-east-2b: the mismatch lines prove the facts were compared.
     rc, lines, _ = run(aws, write_stack(tmp_path, cluster), "--region", "us-west-2")
-    assert rc == 2
+    assert rc == 1
     assert lines[-1] == "preflight dev (us-west-2): 2 problem(s), 0 warning(s)"
 
 
 def test_subprocess_without_credentials_fails_with_one_clear_line(tmp_path):
-    """The real entry point, no stub: no credentials means exit 1 and one line, no traceback, no network."""
+    """The real entry point, no stub: no credentials means exit 3 after the offline checks, one line saying
+    why the AWS checks did not run, no traceback, no network."""
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
@@ -283,11 +284,12 @@ def test_subprocess_without_credentials_fails_with_one_clear_line(tmp_path):
         env=env,
         timeout=60,
     )
-    assert r.returncode == 1
-    assert r.stderr.splitlines()[-1] == (
-        "gpu-cluster-ops preflight: reading AWS: no AWS credentials; configure a profile or environment credentials"
-    )
-    assert r.stdout == ""
+    assert r.returncode == 3
+    assert r.stdout.splitlines() == [
+        "AWS checks not run: reading AWS: no AWS credentials; configure a profile or environment credentials",
+        "preflight dev (us-east-2): OK, 0 warning(s) (offline checks only)",
+    ]
+    assert "Traceback" not in r.stderr
 
 
 def test_one_unknown_block_among_several_is_found_id_by_id():
@@ -316,3 +318,115 @@ def test_one_unknown_block_among_several_is_found_id_by_id():
     found = describe_blocks(aws.factory("ec2", "us-east-2"), [CR, other])
     aws.done()
     assert (found[CR].found, found[CR].state, found[other].found) == (True, "active", False)
+
+
+# --- the pinned image's manifest (its tags, through DescribeImages) against the pins -------
+
+
+def test_a_plain_image_is_a_warning_naming_the_bake(tmp_path):
+    from tests.support.preflight_account import AMI, IMAGE
+
+    aws = Aws()
+    stub_account(aws, image={k: v for k, v in IMAGE.items() if k != "Tags"})
+    rc, lines, _ = run(aws, write_stack(tmp_path))
+    assert (rc, lines) == (
+        0,
+        [
+            f"warning: {P}.image.ami_id: {AMI} is not a baked image (no GpuClusterImageManifest tag): every node "
+            "installs Slurm, munge, Enroot, Pyxis and the Lustre client at boot, minutes each through the NAT; bake "
+            "one with `python3 -m ops bake --stack <stack> --bucket <bucket>`",
+            "preflight dev (us-east-2): OK, 1 warning(s)",
+        ],
+    )
+
+
+def test_an_image_baked_for_other_pins_is_refused_with_each_difference(tmp_path):
+    from model.pins import PRODUCT
+    from tests.support import baked_image
+    from tests.support.preflight_account import AMI, IMAGE
+
+    m = baked_image.manifest(enroot="4.1.2", slurm="24.11.1-1")
+    deb = PRODUCT.downloads[0].file
+    m["downloads"].pop(deb)
+    aws = Aws()
+    stub_account(aws, image={**IMAGE, "Tags": baked_image.tags(m)})
+    rc, lines, _ = run(aws, write_stack(tmp_path))
+    assert rc == 1
+    assert lines == [
+        f"{P}.image.ami_id: {AMI} was baked for other pins (Slurm 24.11.1-1 is not of the pinned series 23.11; "
+        f"Enroot 4.1.2 is not the pinned {PRODUCT.enroot_version}; {deb} was not downloaded by the bake (pinned "
+        "record)): step 20 on its nodes refuses it; bake a new image (`python3 -m ops bake`) and pin it",
+        "preflight dev (us-east-2): 1 problem(s), 0 warning(s)",
+    ]
+
+
+def _live(block: str, desired: int, group: str) -> dict:
+    """A live group, tagged as the program tags it (GpuClusterBlock: the block it follows)."""
+    return asg(group, [], desired=desired, block=None, tags={"GpuClusterBlock": block})
+
+
+def _move_run(tmp_path, live: dict | None = None, live_error=None):
+    aws = Aws()
+    # name_facts sees the same groups (ours: tagged GpuClusterName=dev, so no collision)
+    stub_account(aws, asgs=live, live=live, live_error=live_error)
+    return run(aws, write_stack(tmp_path))
+
+
+def test_a_move_of_the_controller_into_a_running_block_is_refused_as_pulumi_up_refuses_it(tmp_path):
+    """Block 'z' hosted the controller and was dropped from the list: 'a' becomes the
+    host without any key naming it, and its running group would shrink by one. The same
+    rule and words as the program's check (tests/infra/test_controller_move.py)."""
+    live = {
+        "gpu-cluster-dev-controller": _live("z", 1, "controller"),
+        "gpu-cluster-dev-block-a": _live("a", 2, "block-a"),
+    }
+    rc, lines, _ = _move_run(tmp_path, live)
+    assert (rc, lines) == (
+        1,
+        [
+            f"{P}.controller.block: the controller would move from block 'z' (where the live controller group "
+            "runs) into block 'a' (it is the only block left), whose group runs 2 nodes: giving one of them to "
+            "the controller shrinks it to 1, and Auto Scaling terminates a running worker of block 'a' chosen by "
+            "its termination policy, not by Slurm. Nothing was changed; choose one: list block 'z' again with "
+            "controller.block: z if it has not ended, set controller.block to a block that has not started, or "
+            "set controller.placement: dedicated (recommended: a small instance that outlives blocks and takes "
+            "no block slot)",
+            "preflight dev (us-east-2): 1 problem(s), 0 warning(s)",
+        ],
+    )
+
+
+def test_the_controller_staying_in_its_block_or_a_group_that_keeps_its_size_passes(tmp_path):
+    stays = {
+        "gpu-cluster-dev-controller": _live("a", 1, "controller"),
+        "gpu-cluster-dev-block-a": _live("a", 1, "block-a"),
+    }
+    assert _move_run(tmp_path, stays)[:2] == (0, ["preflight dev (us-east-2): OK, 0 warning(s)"])
+    # moving from 'z' into a host whose group runs no more nodes than declared (a free slot)
+    keeps = {**stays, "gpu-cluster-dev-controller": _live("z", 1, "controller")}
+    assert _move_run(tmp_path, keeps)[:2] == (0, ["preflight dev (us-east-2): OK, 0 warning(s)"])
+
+
+def test_the_controller_move_check_denied_is_a_problem_naming_the_call(tmp_path):
+    denied = (
+        "AccessDenied",
+        "User: arn:aws:iam::123456789012:user/ci is not authorized to perform: autoscaling:DescribeAutoScalingGroups",
+    )
+    rc, lines, _ = _move_run(tmp_path, live_error=denied)
+    assert (rc, lines) == (
+        1,
+        [
+            f"{P}.controller.block: could not check: reading where the live controller runs: access denied to "
+            "DescribeAutoScalingGroups; grant it to your AWS identity (User: arn:aws:iam::123456789012:user/ci is "
+            "not authorized to perform: autoscaling:DescribeAutoScalingGroups)",
+            "preflight dev (us-east-2): 1 problem(s), 0 warning(s)",
+        ],
+    )
+
+
+def test_a_dedicated_controller_reads_no_group_for_the_move(tmp_path):
+    aws = Aws()
+    stub_account(aws, move_check=False)  # any DescribeAutoScalingGroups beyond name_facts' fails the test
+    cluster = {**STACK, "controller": {"placement": "dedicated"}}
+    rc, lines, _ = run(aws, write_stack(tmp_path, cluster))
+    assert (rc, lines[-1]) == (0, "preflight dev (us-east-2): OK, 0 warning(s)")

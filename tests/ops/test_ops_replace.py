@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ops.cli import main
 from ops.remote import drain_script, force_script, jobs_script, node_state_script
 from tests.support.ops_stubs import (
@@ -205,22 +207,19 @@ def test_no_new_instance_within_the_bound(tmp_path):
     assert clock.sleeps == [30, 30]
 
 
-def test_unknown_node_and_bad_name(tmp_path):
+def test_unknown_node_and_bad_name(tmp_path, capsys):
     aws = Aws()
     aws.stub("ec2").add_response("describe_instances", {"Reservations": []}, BY_NAME)
     rc, out, _, _ = run(aws, tmp_path)
     assert rc == 1
     assert out.strip() == "resolve: failed: no running instance of cluster dev is ip-10-0-1-6"
-    aws = Aws()
-    ctx = context(aws)
-    rc = main(
-        ["replace", "node7", "--stack", "dev", "--stack-dir", str(stack_dir(tmp_path))],
-        ctx=ctx,
-        session_for=aws.session,
-    )
-    assert rc == 1
-    assert ctx.out.getvalue().strip() == (
-        "resolve: failed: 'node7' is neither a Slurm node name (ip-10-0-1-5) nor an instance id (i-...)"
+    aws = Aws()  # no stubbed answer: the name is refused before any AWS call
+    with pytest.raises(SystemExit) as exit_:
+        main(["replace", "node7", "--stack", "dev", "--stack-dir", str(stack_dir(tmp_path))], session_for=aws.session)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "gpu-cluster-ops replace: error: argument node: 'node7' is neither a Slurm node name (ip-10-0-1-5) nor an "
+        "instance id (i-0123456789abcdef0)"
     )
 
 

@@ -1,19 +1,14 @@
-"""README.md's config reference is generated from the models; this keeps them equal."""
+"""docs/config-reference.md's table is generated from the models; this keeps them equal."""
 
-from pathlib import Path
-
-from model.config_doc import reference_table
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-BEGIN, END = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"
+from model.config_doc import BEGIN, DOC, END, reference_table
 
 
-def test_readme_config_reference_matches_models():
-    text = README.read_text()
-    assert BEGIN in text and END in text, "README.md lost its config-reference markers"
+def test_config_reference_matches_models():
+    text = DOC.read_text()
+    assert BEGIN in text and END in text, "docs/config-reference.md lost its config-reference markers"
     current = text.split(BEGIN, 1)[1].split(END, 1)[0]
     assert current == reference_table(), (
-        "README config reference is stale: regenerate it with `python -m model.config_doc`"
+        "docs/config-reference.md is stale: regenerate it with `venv/bin/python -m model.config_doc --write`"
     )
 
 

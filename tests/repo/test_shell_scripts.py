@@ -55,3 +55,25 @@ def test_bash_n(rel):
 def test_shellcheck_repo_scripts():
     r = subprocess.run(["shellcheck", "-x", *map(str, SCRIPTS)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_a_shellcheck_pass_is_kept_by_content_and_a_failure_never(tmp_path):
+    from tests.support.shellcheck import shellcheck
+
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    (tree / "lib").mkdir(parents=True)
+    cache.mkdir()
+    (tree / "lib" / "common.sh").write_text("# shellcheck shell=bash\ngreeting=hello\n")
+    (tree / "main.sh").write_text(
+        '#!/usr/bin/env bash\n# shellcheck source=lib/common.sh\n. lib/common.sh\necho "$greeting"\n'
+    )
+    args = ["-x", "-s", "bash"]
+    assert [r.returncode for r in shellcheck(args, ["main.sh"], cwd=tree, cache=cache)] == [0]
+    assert shellcheck(args, ["main.sh"], cwd=tree, cache=cache) == []  # kept: not run again
+    # with -x a sourced file is part of the input: main.sh's verdict depends on it
+    (tree / "lib" / "common.sh").write_text("# shellcheck shell=bash\ngreet=hello\n")
+    (bad,) = shellcheck(args, ["main.sh"], cwd=tree, cache=cache)
+    assert bad.returncode == 1 and "SC2154" in bad.stdout
+    (again,) = shellcheck(args, ["main.sh"], cwd=tree, cache=cache)  # a failure is never kept
+    assert again.returncode == 1

@@ -178,7 +178,7 @@ def test_marker_matches_the_diff_command():
 
 def test_preview_job(review):
     job = review["jobs"]["preview"]
-    assert job["strategy"]["matrix"] == {"stack": STACKS} and STACKS == ["dev", "prod"]
+    assert job["strategy"]["matrix"] == {"stack": STACKS} and STACKS == ["dev", "prod", "smoke"]
     steps = _steps(job)
     gated = [s for s in job["steps"] if s.get("id") != "gate"]
     assert job["steps"][0]["id"] == "gate"

@@ -73,7 +73,7 @@ def test_ops_reads_the_stack_files_of_the_working_directory(tmp_path, monkeypatc
     assert _ops(["preflight", "--stack", "t"]) == (2, [line])
     rc, err = _ops(["status", "--stack", "nope"])
     assert (rc, err) == (
-        2,
+        3,  # cannot read (clitools/exits.py)
         ["Pulumi.nope.yaml: no such stack file; stacks here: t (pulumi stack init NAME, then copy one)"],
     )
 

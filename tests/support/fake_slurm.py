@@ -29,6 +29,7 @@ def ctx(instance_type="p5.48xlarge", **over):
         container_image="/fsx/images/pytorch.sqsh",
         time_limit_minutes=60,
         baseline_margin=0.1,
+        level_margin=0.1,
         **TYPES.get(instance_type, {}),
     )
     c.update(over)
@@ -73,6 +74,9 @@ case "$*" in
   *all_reduce_perf*-e\\ 1G*) cat "$DATA/efa_p5_allreduce_16g.log" ;;
   *_perf*)
     if [[ ",$nodes," == *",$FAKE_BAD,"* ]]; then cat "$DATA/gcp_h100_allreduce_8g.log"
+    elif [[ ",$nodes," == *",${FAKE_SLOW:-none},"* ]]; then
+      # a node 6% slow at 16 GiB: above the floor, below its peers (an outlier)
+      sed 's/  259.78  487.09 /  244.20  457.86 /; s/  259.87  487.26 /  244.30  458.06 /' "$DATA/efa_p5_allreduce_16g.log"
     else cat "$DATA/efa_p5_allreduce_16g.log"; fi ;;
   *torch_comm_bench*--op\\ all_reduce*) sed 's/found 8 nics/found 32 nics/' "$DATA/torch_allreduce_seed_reference.log" ;;
   *torch_comm_bench*) sed 's/found 8 nics/found 32 nics/; s/all_reduce/all_to_all/; s/367.5 GB/95.0 GB/' \\
@@ -100,3 +104,58 @@ esac
 FAKE_SINFO = """#!/usr/bin/env bash
 printf '%s block-a,p5.48xlarge\\n' ${FAKE_NODES:-n1 n2 n3 n4}
 """
+
+
+def run_fake_gpu_gate(
+    tmp_path, nodes: list[str], cuda: tuple[str, ...] = ("12.8",), **env_over: str
+) -> tuple[object, dict]:
+    """gate.sh as shipped, against the fake srun/scontrol/sinfo and fake GPU tools above,
+    on `nodes` (n1, n2, ...: FAKE_GPU_SCONTROL gives node nK the address 10.0.0.K).
+    Returns (the finished process, report.json)."""
+    import json
+    import os
+    import subprocess
+
+    from userdata.validation_files import validation_files
+
+    base = tmp_path / "opt"
+    for path, content in validation_files(ctx(fsx_root=str(tmp_path / "fsx"))).items():
+        f = base / path.lstrip("/").replace("opt/gpu-cluster/", "", 1)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(content.replace("/opt/gpu-cluster", str(base)))
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    for name, body in (
+        ("srun", FAKE_GPU_SRUN),
+        ("scontrol", FAKE_GPU_SCONTROL),
+        ("sinfo", FAKE_SINFO),
+        ("nvidia-smi", "#!/bin/sh\nexit 0\n"),
+        ("fi_pingpong", "#!/bin/sh\nexit 0\n"),
+    ):
+        (fakebin / name).write_text(body)
+        (fakebin / name).chmod(0o755)
+    for version in cuda:  # one nccl-tests build per CUDA, as on the DLAMI
+        d = tmp_path / "usr" / f"cuda-{version}" / "efa" / f"test-cuda-{version}"
+        d.mkdir(parents=True)
+        for exe in ("all_reduce_perf", "alltoall_perf"):
+            (d / exe).write_text("")
+            (d / exe).chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{fakebin}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": ",".join(nodes),
+        "FAKE_NODES": " ".join(nodes),
+        "FAKE_BAD": "",
+        "FAKE_LOG": str(tmp_path / "calls.log"),
+        "DATA": str(DATA),
+        "VALIDATION_CUDA_ROOT": str(tmp_path / "usr"),
+        "VALIDATION_PINGPONG_SERVER_WAIT": "0",
+        **env_over,
+    }
+    proc = subprocess.run(
+        ["bash", str(base / "validation" / "gate.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+    root = tmp_path / "fsx" / "validation"
+    report = json.loads((root / (root / "latest").read_text().strip() / "report.json").read_text())
+    return proc, report

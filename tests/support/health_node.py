@@ -27,26 +27,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localcluster import hardware
+
 REPO = Path(__file__).resolve().parents[2]
 HEALTH = REPO / "nodeside" / "health.py"
 
 _FAKES = {
-    "nvidia-smi": r"""#!/bin/bash
-d=$FAKE_DIR; n=$(cat "$d/gpus")
-case "$1" in
-  -L) for ((i=0;i<n;i++)); do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done ;;
-  --query-gpu=*) read -r g w < "$d/pcie"
-     for ((i=0;i<n;i++)); do echo "00000000:5$i:00.0, $g, $w"; done ;;
-  -q) for ((i=0;i<n;i++)); do
-       printf 'GPU 00000000:5%d:00.0\n    ECC Mode\n        Current                           : Enabled\n' "$i"
-       printf '    ECC Errors\n        Volatile\n            SRAM Uncorrectable            : 0\n'
-       printf '            DRAM Uncorrectable            : %s\n' "$(cat "$d/dram_uncorr")"
-       printf '        Aggregate\n            DRAM Uncorrectable            : 3\n'
-       printf '    Remapped Rows\n        Pending                           : %s\n' "$(cat "$d/remap_pending")"
-       printf '        Remapping Failure Occurred        : No\n'
-     done ;;
-esac
-""",
+    "nvidia-smi": hardware.NVIDIA_SMI,  # the lanes' stand-in, one home
     "chronyc": '#!/bin/bash\ncat "$FAKE_DIR/chrony"\n',
     "dcgmi": '#!/bin/bash\ncat "$FAKE_DIR/dcgm"; exit "$(cat "$FAKE_DIR/dcgm_rc")"\n',
     "munge": "#!/bin/bash\necho MUNGE:fakecredential\n",
@@ -111,10 +98,11 @@ class HealthNode:
 
     def run(self, *args: str, path: str | None = None) -> dict:
         env = {**os.environ, **self.env, "PATH": path if path is not None else f"{self.root / 'bin'}:/usr/bin:/bin"}
-        proc = subprocess.run(
-            [sys.executable, str(HEALTH), *args], env=env, capture_output=True, text=True, timeout=60, check=True
-        )
-        return json.loads(proc.stdout)
+        proc = subprocess.run([sys.executable, str(HEALTH), *args], env=env, capture_output=True, text=True, timeout=60)
+        record: dict = json.loads(proc.stdout)
+        # The exit-code table (clitools/exits.py): 1 when a check failed, else 0.
+        assert proc.returncode == (1 if record["state"] == "unhealthy" else 0), proc.stderr
+        return record
 
     def stop(self) -> None:
         if self.slurmd is not None and self.slurmd.poll() is None:

@@ -38,6 +38,14 @@ def wait_joined(state_dir, hostname: str, timeout: float = JOIN_GATE_WAIT) -> No
         time.sleep(1)
 
 
+def lifecycle_lane() -> str:
+    """The machine lane the lifecycle and dedicated-controller modules run on
+    (GPU_CLUSTER_LIFECYCLE_LANE; the Makefile names it, bookworm without it)."""
+    import os
+
+    return os.environ.get("GPU_CLUSTER_LIFECYCLE_LANE", "bookworm")
+
+
 def faithful_lane_unavailable() -> str | None:
     """Why this machine cannot boot faithful-lane machines (systemd-nspawn), or None."""
     import os

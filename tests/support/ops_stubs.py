@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 from botocore.stub import Stubber
 
-from ops.aws import RETRY_CONFIG, Session
+from ops.aws import Session, client_config
 from ops.context import Context
 
 REGION = "us-east-2"
@@ -36,7 +36,7 @@ def fake_client(service: str, region: str) -> Any:
         region_name=region,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-        config=RETRY_CONFIG,
+        config=client_config(service),
     )
 
 
@@ -156,8 +156,14 @@ def asg_instance(iid: str, state: str = "InService", health: str = "Healthy", ve
 
 
 def asg(
-    group: str, instances: list[dict[str, Any]], desired: int = 1, block: str | None = CR, base: str = "dev"
+    group: str,
+    instances: list[dict[str, Any]],
+    desired: int = 1,
+    block: str | None = CR,
+    base: str = "dev",
+    tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A group as DescribeAutoScalingGroups gives it, tagged GpuClusterName=dev and `tags`."""
     name = f"gpu-cluster-{base}-{group}"
     g: dict[str, Any] = {
         "AutoScalingGroupName": name,
@@ -171,13 +177,8 @@ def asg(
         "Instances": instances,
         "LaunchTemplate": {"LaunchTemplateId": "lt-0123456789abcdef0", "Version": "3"},
         "Tags": [
-            {
-                "Key": "GpuClusterName",
-                "Value": "dev",
-                "ResourceId": name,
-                "ResourceType": "auto-scaling-group",
-                "PropagateAtLaunch": True,
-            }
+            {"Key": k, "Value": v, "ResourceId": name, "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True}
+            for k, v in {"GpuClusterName": "dev", **(tags or {})}.items()
         ],
     }
     if block:
@@ -188,9 +189,14 @@ def asg(
     return g
 
 
-def ec2_instance(iid: str, ip: str, group: str, state: str = "running") -> dict[str, Any]:
+# The image the instances were launched from (Pulumi.dev.yaml's example image.ami_id).
+IMAGE_ID = "ami-0a1b2c3d4e5f60718"
+
+
+def ec2_instance(iid: str, ip: str, group: str, state: str = "running", image: str = IMAGE_ID) -> dict[str, Any]:
     return {
         "InstanceId": iid,
+        "ImageId": image,
         "PrivateIpAddress": ip,
         "State": {"Code": 16, "Name": state},
         "Tags": [

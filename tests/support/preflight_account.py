@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import baked_image
 from tests.support.ops_stubs import NOW, Aws, reservation
 
 # Real-looking ids, not the shipped stack files' examples: preflight refuses those
@@ -42,11 +43,13 @@ STACK = {
 }
 
 
+# A baked image (ops bake) for this repository's pins: its manifest tags agree.
 IMAGE = {
     "ImageId": AMI,
-    "Name": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) 20261120",
+    "Name": "gpu-cluster-dev-20261120-081500",
     "Architecture": "x86_64",
     "CreationDate": "2026-11-20T08:15:00.000Z",
+    "Tags": baked_image.tags(),
 }
 
 
@@ -77,7 +80,14 @@ def stub_account(
     block_error=None,
     subnet_missing=False,
     image=IMAGE,
+    live=None,
+    live_error=None,
+    move_check=True,
 ):
+    """`live`: the groups the controller-move check reads (default: none yet, a first
+    deployment); `live_error`: (code, message) that check's call fails with;
+    `move_check=False`: the stack makes no such call (a dedicated controller, or a block
+    without dates)."""
     ec2, asg, sq = aws.stub("ec2"), aws.stub("autoscaling"), aws.stub("service-quotas")
     if block_error:
         ec2.add_client_error(
@@ -161,6 +171,12 @@ def stub_account(
             {"AutoScalingGroups": [asgs[name]] if name in asgs else []},
             {"AutoScalingGroupNames": [name]},
         )
+    # The controller-move check (ops/facts.py controller_move_findings): both groups, one call.
+    both = {"AutoScalingGroupNames": ["gpu-cluster-dev-controller", "gpu-cluster-dev-block-a"]}
+    if move_check and live_error:
+        asg.add_client_error("describe_auto_scaling_groups", live_error[0], live_error[1], expected_params=both)
+    elif move_check:
+        asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": list((live or {}).values())}, both)
     if quota_error:
         sq.add_client_error(
             "get_service_quota",

@@ -113,7 +113,12 @@ def _step_box(tmp_path: Path, manager: str, answers=None) -> tuple[Node, subproc
     shutil.copy(REG_TEMPLATES / "bin" / "gpu-cluster-registry-login", home / "bin" / "gpu-cluster-registry-login")
     shutil.copy(REG_TEMPLATES / "steps" / "65-registries.sh", home / "steps" / "65-registries.sh")
     calls = tmp_path / "systemctl.calls"
-    (node.bin / "systemctl").write_text(f'#!/bin/bash\necho "$*" >>"{calls}"\nexit 0\n')
+    # a fresh node: nothing enabled yet (is-enabled fails); enable says whether SysV hooks run
+    fake = (
+        f'#!/bin/bash\necho "${{SYSTEMCTL_SKIP_SYSV:+SKIP_SYSV }}$*" >>"{calls}"\n'
+        "[[ $1 == is-enabled ]] && exit 1\nexit 0\n"
+    )
+    (node.bin / "systemctl").write_text(fake)
     (node.bin / "systemctl").chmod(0o755)
     env = node.env(
         GPU_CLUSTER_HOME=str(home),

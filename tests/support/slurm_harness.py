@@ -40,6 +40,24 @@ def missing_prerequisites() -> str | None:
 SYSROOT_ENV = "GPU_CLUSTER_SLURM_SYSROOT"
 
 
+def sysroot_params() -> list:
+    """pytest params: this host's Slurm, plus a chroot with another version when
+    $GPU_CLUSTER_SLURM_SYSROOT names one (e.g. Debian 13's Slurm 24.11: the nodes run 23.11,
+    between the two)."""
+    import os
+
+    import pytest
+
+    params = [pytest.param(None, id="host")]
+    root = os.environ.get(SYSROOT_ENV)
+    if root:
+        why = sysroot_problem(Path(root))
+        params.append(
+            pytest.param(Path(root), id="sysroot", marks=pytest.mark.skipif(why is not None, reason=why or ""))
+        )
+    return params
+
+
 def sysroot_problem(sysroot: Path) -> str | None:
     """Why a chroot holding a second Slurm cannot run the oracle, or None when it can."""
     if not (sysroot / "usr/sbin/slurmctld").exists():
@@ -352,10 +370,29 @@ class SlurmTestCluster:
         self.procs.clear()
 
 
-def start_host_cluster(layout: SlurmLayout, name: str, conf_edit=None) -> SlurmTestCluster:
+def start_host_cluster(layout: SlurmLayout, name: str, conf_edit=None, sysroot: Path | None = None) -> SlurmTestCluster:
     """A one-node cluster from our rendered Slurm files (this host as controller and node,
     partition `train`, MaxNodeCount 8), munged, slurmctld and slurmd started and the node
-    registered. `conf_edit(text) -> text` changes slurm.conf before it is localized."""
+    registered. `conf_edit(text) -> text` changes slurm.conf before it is localized.
+    `sysroot`: the daemons and clients of the Slurm installed there (see SlurmTestCluster);
+    `layout` is then a path inside it."""
+    from tests.support.node_shell import fill_placeholders
+    from userdata import slurm_conf as sc
+
+    c = start_host_controller(layout, name, conf_edit, sysroot=sysroot)
+    c.start_slurmd(
+        fill_placeholders(sc.slurmd_conf_arg(host_profile_spec()), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"})
+    )
+    c.wait_node_state(host_short_name())
+    return c
+
+
+def start_host_controller(
+    layout: SlurmLayout, name: str, conf_edit=None, sysroot: Path | None = None
+) -> SlurmTestCluster:
+    """start_host_cluster without the node: munged and slurmctld only (the test starts
+    this host's slurmd itself, e.g. as a node that joins a running cluster); `sysroot` as
+    start_host_cluster's."""
     from tests.support.node_shell import fill_placeholders
     from userdata import layout as node_layout
     from userdata import slurm_conf as sc
@@ -368,7 +405,7 @@ def start_host_cluster(layout: SlurmLayout, name: str, conf_edit=None) -> SlurmT
     )
     if conf_edit is not None:
         conf = conf_edit(conf)
-    c = SlurmTestCluster(layout)
+    c = SlurmTestCluster(layout, sysroot=sysroot)
     c.write_configs(
         {
             "slurm.conf": localize_slurm_conf(conf, layout, ctld_port=free_port(), slurmd_port=free_port()),
@@ -379,6 +416,4 @@ def start_host_cluster(layout: SlurmLayout, name: str, conf_edit=None) -> SlurmT
     )
     c.start_munged()
     c.start_slurmctld()
-    c.start_slurmd(fill_placeholders(sc.slurmd_conf_arg(spec), {"NODE_ADDR": "127.0.0.1", "NODE_BLOCK": "a"}))
-    c.wait_node_state(host_short_name())
     return c

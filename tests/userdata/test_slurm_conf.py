@@ -27,6 +27,8 @@ P5 = CATALOG["p5.48xlarge"]
 
 # slurmd --conf for every catalog type, with the boot placeholders left in.
 EXPECTED_CONF_ARG = {
+    "g6e.48xlarge": "NodeAddr=@NODE_ADDR@ CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
+    "ThreadsPerCore=2 RealMemory=1494220 Gres=gpu:8 Feature=block-@NODE_BLOCK@,g6e.48xlarge",
     "p4d.24xlarge": "NodeAddr=@NODE_ADDR@ CPUs=96 Boards=1 SocketsPerBoard=2 CoresPerSocket=24 "
     "ThreadsPerCore=2 RealMemory=1120665 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p4d.24xlarge",
     "p4de.24xlarge": "NodeAddr=@NODE_ADDR@ CPUs=96 Boards=1 SocketsPerBoard=2 CoresPerSocket=24 "
@@ -41,6 +43,7 @@ EXPECTED_CONF_ARG = {
     "ThreadsPerCore=2 RealMemory=1992294 Gres=gpu:8 Feature=block-@NODE_BLOCK@,p6-b200.48xlarge",
 }
 EXPECTED_DEF_CPU_PER_GPU = {
+    "g6e.48xlarge": 24,
     "p4d.24xlarge": 12,
     "p4de.24xlarge": 12,
     "p5.48xlarge": 24,
@@ -303,6 +306,7 @@ def test_systemd_and_logind_dropins():
         "EnvironmentFile=/etc/default/slurmd",
         "ExecStart=",
         'ExecStart=/usr/sbin/slurmd -D -s -Z --conf "${SLURMD_NODE_CONF}" $SLURMD_OPTIONS',
+        "Delegate=yes",
     ]
     assert _body(files["/etc/systemd/system/slurmctld.service.d/gpu-cluster.conf"]) == [
         "[Unit]",

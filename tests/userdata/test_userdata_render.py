@@ -7,7 +7,6 @@ Oracles: `cloud-init schema --config-file` for the cloud-config part (Debian pac
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import email
 import gzip
 import hashlib
@@ -17,12 +16,12 @@ import os
 import shutil
 import subprocess
 import tarfile
-from pathlib import Path
 
 import pytest
 import yaml
 
 from model.catalog import CATALOG, SUPPORTED_INSTANCE_TYPES
+from tests.support.shellcheck import shellcheck
 from tests.support.user_data import FSX, URI, config, rendered
 from userdata import layout, render, templating
 from userdata.render import render_userdata
@@ -97,7 +96,9 @@ def test_node_files_arrive_with_their_modes():
     assert steps == [
         "10-identity.sh",
         "20-packages.sh",
+        "25-logs.sh",
         "30-fsx.sh",
+        "35-users.sh",
         "40-munge.sh",
         "50-slurm.sh",
         "60-enroot.sh",
@@ -270,7 +271,7 @@ SCRIPTS = _scripts()
 
 def test_every_boot_script_is_covered():
     mine = [p for p in SCRIPTS if p.startswith(("/opt/gpu-cluster/bin/gpu-cluster-boot", "/opt/gpu-cluster/steps/"))]
-    assert len(mine) == 12
+    assert len(mine) == 14
     assert "/opt/gpu-cluster/lib/common.sh" in SCRIPTS and "/opt/gpu-cluster/bin/gpu-cluster-fetch" in SCRIPTS
     assert "/var/lib/cloud/scripts/per-boot/gpu-cluster-boot.sh" in SCRIPTS
 
@@ -295,30 +296,19 @@ def _nodeside_shell_files() -> list[str]:
     )
 
 
-def _shellcheck(args: list[str], files: list[str], cwd: Path | None = None) -> list[subprocess.CompletedProcess]:
-    """shellcheck over `files` in two concurrent batches (one per core); every file is checked once."""
-    batches = [files[i::2] for i in range(2) if files[i::2]]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(batches)) as pool:
-        return list(
-            pool.map(
-                lambda b: subprocess.run(["shellcheck", *args, *b], cwd=cwd, capture_output=True, text=True), batches
-            )
-        )
-
-
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
-def test_shellcheck_nodeside_scripts():
+def test_shellcheck_nodeside_scripts(shellcheck_cache):
     # The nodeside/ tree keeps the layout the `source` directives point at; every shell
     # file shipped verbatim (boot, registries, validation) is checked here.
     files = _nodeside_shell_files()
     assert {"validation/gate.sh", "validation/gpu-cluster-validation", "lib/check-slurmd-c.sh"} <= set(files)
     assert "registries/bin/gpu-cluster-registry-login" in files and "system/per-boot.sh" in files
-    for r in _shellcheck(["-x", "-s", "bash"], files, cwd=templating.NODESIDE_ROOT):
+    for r in shellcheck(["-x", "-s", "bash"], files, cwd=templating.NODESIDE_ROOT, cache=shellcheck_cache):
         assert r.returncode == 0, r.stdout
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
-def test_shellcheck_rendered_scripts(tmp_path):
+def test_shellcheck_rendered_scripts(tmp_path, shellcheck_cache):
     # A rendered script byte-identical to a nodeside/ file test_shellcheck_nodeside_scripts
     # checks (with its sources followed) is not checked a second time; the rest are.
     verbatim = {(templating.NODESIDE_ROOT / f).read_bytes(): f for f in _nodeside_shell_files()}
@@ -335,7 +325,7 @@ def test_shellcheck_rendered_scripts(tmp_path):
         paths.append(str(f))
     assert paths  # the job templates and the first-boot batch script are rendered
     # Rendered copies lose the tree layout, so sourced files are not followed here.
-    for r in _shellcheck(["-s", "bash", "-e", "SC1091"], paths):
+    for r in shellcheck(["-s", "bash", "-e", "SC1091"], paths, cache=shellcheck_cache):
         assert r.returncode == 0, r.stdout
 
 

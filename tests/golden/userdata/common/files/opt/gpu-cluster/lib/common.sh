@@ -27,20 +27,51 @@ skip() {
   if [[ -n ${GC_NOTES_FILE:-} ]]; then printf '%s: skipped: %s\n' "$GC_STEP" "$*" >>"$GC_NOTES_FILE"; fi
 }
 
-# wait_until SECONDS WHAT CMD...: poll CMD every GC_WAIT_INTERVAL s (default 5) for at
-# most SECONDS; returns 1 on timeout. wait_for: the same, but a timeout fails the step.
+# now_ms: NOW_MS = milliseconds since the epoch (bash 5's EPOCHREALTIME; date before it).
+now_ms() {
+  local t=${EPOCHREALTIME:-}
+  if [[ -n $t ]]; then t=${t/[.,]/}; NOW_MS=$((10#${t%???})); else NOW_MS=$(date +%s%3N); fi
+}
+# ms_of SECONDS: whole or decimal seconds (0.1, 5) as milliseconds.
+ms_of() {
+  local whole=${1%%.*} frac=000
+  if [[ $1 == *.* ]]; then frac="${1#*.}000"; fi
+  echo $((10#${whole:-0} * 1000 + 10#${frac:0:3}))
+}
+# secs_of MS DECIMALS: milliseconds as seconds with that many decimals (3 when not given; logs: 1).
+secs_of() {
+  local d=${2:-3} f
+  f=$(printf '%03d' $(($1 % 1000)))
+  printf '%d.%s\n' $(($1 / 1000)) "${f:0:d}"
+}
+
+# wait_until SECONDS WHAT CMD...: run CMD until it succeeds, for at most SECONDS; returns 1
+# on timeout. Tries again after GC_WAIT_FIRST s (default 0.1), then each time 1.5x later,
+# never more than GC_WAIT_INTERVAL s apart (default 5) and never past the bound: what is
+# nearly ready is seen within a fraction of a second, and a long wait polls no more
+# often than a fixed 5 s poll did. wait_for: the same, but a timeout fails the step.
 wait_until() {
-  local timeout=$1 what=$2 start=$SECONDS
+  local timeout=$1 what=$2 start left step cap
   shift 2
+  step=$(ms_of "${GC_WAIT_FIRST:-0.1}")
+  cap=$(ms_of "${GC_WAIT_INTERVAL:-5}")
+  now_ms
+  start=$NOW_MS
   log "waiting up to ${timeout}s for $what"
   until "$@"; do
-    if ((SECONDS - start >= timeout)); then
+    now_ms
+    left=$((timeout * 1000 - (NOW_MS - start)))
+    if ((left <= 0)); then
       log "gave up after ${timeout}s waiting for $what"
       return 1
     fi
-    sleep "${GC_WAIT_INTERVAL:-5}"
+    ((step <= cap)) || step=$cap
+    ((step <= left)) || step=$left
+    sleep "$(secs_of "$step")"
+    step=$((step * 3 / 2 + 1))
   done
-  log "done waiting after $((SECONDS - start))s: $what"
+  now_ms
+  log "done waiting after $(secs_of $((NOW_MS - start)) 1)s: $what"
 }
 wait_for() { wait_until "$@" || die "timed out after ${1}s waiting for $2"; }
 
@@ -54,21 +85,28 @@ atomic_write() {
 }
 
 # --- IMDSv2 (honours AWS_EC2_METADATA_SERVICE_ENDPOINT) ----------------------------
+imds_base() { local b=${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}; printf '%s\n' "${b%/}"; }
+# imds_token: a session token (PUT, 300 s) on stdout. A caller reading several values sets
+# IMDS_TOKEN from it once: each imds_get then makes one request instead of two.
+imds_token() {
+  curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' \
+    --connect-timeout 2 --max-time 5 "$(imds_base)/latest/api/token"
+}
 # imds_get PATH (under /latest/, e.g. meta-data/instance-id): value on stdout.
 # Returns 4 at once for 404 (absent, e.g. a tag), 1 after IMDS_TRIES failed tries.
+# Uses IMDS_TOKEN when set; a token IMDS refuses (401: expired) is replaced at once.
 imds_get() {
-  local base=${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}
-  local try token out code
-  base=${base%/}
+  local base try token=${IMDS_TOKEN:-} out code
+  base=$(imds_base)
   for ((try = 1; try <= ${IMDS_TRIES:-8}; try++)); do
-    if token=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' \
-      --connect-timeout 2 --max-time 5 "$base/latest/api/token"); then
+    if [[ -n $token ]] || token=$(imds_token); then
       out=$(curl -s -w '\n%{http_code}' -H "X-aws-ec2-metadata-token: $token" \
         --connect-timeout 2 --max-time 5 "$base/latest/$1") || out=$'\n000'
       code=${out##*$'\n'}
       case $code in
         200) printf '%s\n' "${out%$'\n'*}"; return 0 ;;
         404) return 4 ;;
+        401) token=""; continue ;;
       esac
     fi
     sleep "${IMDS_RETRY_SLEEP:-2}"
@@ -85,9 +123,11 @@ load_identity() {
   . "$f"
 }
 is_controller() { [[ ${NODE_ROLE:-} == controller ]]; }
-# slurmd runs on every node except a dedicated controller (controller.placement
-# dedicated: CONTROLLER_DEDICATED=1 in cluster.env), a CPU instance that takes no jobs.
-runs_slurmd() { ! is_controller || [[ ${CONTROLLER_DEDICATED:-0} != 1 ]]; }
+is_login() { [[ ${NODE_ROLE:-} == login ]]; }
+# slurmd runs on workers and a colocated controller; not on a dedicated controller
+# (controller.placement dedicated: CONTROLLER_DEDICATED=1 in cluster.env) nor on a login
+# node: CPU instances that take no jobs.
+runs_slurmd() { [[ ${NODE_ROLE:-} == worker ]] || { is_controller && [[ ${CONTROLLER_DEDICATED:-0} != 1 ]]; }; }
 fsx_root_ready() { mountpoint -q "$FSX_MOUNTPOINT" && [[ -d $FSX_ROOT && -w $FSX_ROOT ]]; }
 
 # --- services: systemd, or plain background processes (pid files) ------------------
@@ -116,6 +156,7 @@ direct_start() {
         exec setsid slurmd -D -Z --conf "$SLURMD_NODE_CONF") >>"$log" 2>&1 </dev/null &
       ;;
     slurmctld) setsid slurmctld -D >>"$log" 2>&1 </dev/null & ;;
+    slurmdbd) setsid slurmdbd -D >>"$log" 2>&1 </dev/null & ;;
     gpu-cluster-munge-responder)
       setsid "$GPU_CLUSTER_HOME/lib/munge-responder.sh" >>"$log" 2>&1 </dev/null &
       ;;
@@ -144,13 +185,14 @@ direct_stop() {
   rm -f "$GPU_CLUSTER_RUN/$1.pid"
 }
 
-# svc ACTION NAME: ACTION is start, restart, enable or active.
+# svc ACTION NAME: ACTION is start, restart, enable or active (enable takes several NAMEs).
 svc() {
+  local name
   if [[ $GPU_CLUSTER_SERVICE_MANAGER == direct ]]; then
     case $1 in
       start) direct_start "$2" ;;
       restart) direct_stop "$2"; direct_start "$2" ;;
-      enable) skip "enable $2 at boot (direct mode has no service manager)" ;;
+      enable) for name in "${@:2}"; do skip "enable $name at boot (direct mode has no service manager)"; done ;;
       active) direct_pid "$2" >/dev/null ;;
     esac
   else
@@ -161,11 +203,25 @@ svc() {
         systemctl --no-block "$1" "$2"
         wait_for 120 "systemd unit $2 to become active" systemctl is-active --quiet "$2"
         ;;
-      enable) systemctl enable --quiet "$2" ;;
+      enable) svc_enable "${@:2}" ;;
       active) systemctl is-active --quiet "$2" ;;
     esac
   fi
 }
+
+# svc_enable NAME...: link the units not enabled yet for the next boot, in one call. No
+# daemon-reload (only the next boot reads the links; a reload re-runs the generators and
+# re-reads every unit: seconds), and SYSTEMCTL_SKIP_SYSV=1 [SYSTEMD-ENV]: munge and Slurm
+# also ship init scripts, for which systemctl would run update-rc.d each time (about a
+# second apiece), though systemd ignores an init script that has a unit of its own.
+svc_enable() {
+  local name todo=()
+  for name; do svc_enabled "$name" || todo+=("$name"); done
+  if ((${#todo[@]})); then SYSTEMCTL_SKIP_SYSV=1 systemctl enable --quiet --no-reload "${todo[@]}"; fi
+}
+svc_enabled() { SYSTEMCTL_SKIP_SYSV=1 systemctl is-enabled --quiet "$1" 2>/dev/null; }
+# svc_disable NAME: the same, the other way (not started at the next boot).
+svc_disable() { SYSTEMCTL_SKIP_SYSV=1 systemctl disable --quiet --no-reload "$1"; }
 
 # svc_pid NAME: the running service's main pid (nothing when it is not running).
 svc_pid() {

@@ -14,7 +14,13 @@
 # (lib/block-end.sh): no job may run across it. And it lists nodes whose boot failed
 # for good in Slurm, drained or down with the reason (lib/boot-failures.sh). And it
 # gates nodes that register into the running cluster before they take jobs
-# (lib/join-gate.sh).
+# (lib/join-gate.sh). And it keeps Slurm's topology.conf in step with EC2's network
+# topology as nodes join and leave (lib/topology.sh), before the join gate's turn. And it
+# replaces or isolates nodes drained for hardware, by the stack's repair.policy
+# (lib/repair.sh). And with accounting it keeps slurmdbd's database login current
+# (lib/accounting.sh: RDS rotates the secret). And it runs deep DCGM diagnostics on idle
+# nodes in a reservation, on a schedule (lib/dcgm.sh). And with `logs` it publishes the
+# cluster's metrics to CloudWatch (lib/metrics.sh).
 # On every node: when the cluster's key fingerprint changes away from the key this
 # node holds (the controller rotated it, see step 40), it rejoins (follow_key).
 # Prerequisites: /etc/gpu-cluster/cluster.env, /var/lib/gpu-cluster/identity.env.
@@ -39,6 +45,16 @@ export GC_STEP=munge-responder
 . "$GPU_CLUSTER_HOME/lib/boot-failures.sh"
 # shellcheck source=lib/join-gate.sh
 . "$GPU_CLUSTER_HOME/lib/join-gate.sh"
+# shellcheck source=lib/topology.sh
+. "$GPU_CLUSTER_HOME/lib/topology.sh"
+# shellcheck source=lib/repair.sh
+. "$GPU_CLUSTER_HOME/lib/repair.sh"
+# shellcheck source=lib/accounting.sh
+. "$GPU_CLUSTER_HOME/lib/accounting.sh"
+# shellcheck source=lib/dcgm.sh
+. "$GPU_CLUSTER_HOME/lib/dcgm.sh"
+# shellcheck source=lib/metrics.sh
+. "$GPU_CLUSTER_HOME/lib/metrics.sh"
 
 # boot_detached ARGS: run gpu-cluster-boot ARGS in the background, outside this
 # service: under systemd as a transient unit (a child would live in this unit's cgroup
@@ -66,7 +82,7 @@ reap() {
   local line
   ((SECONDS - LAST_REAP >= 60)) || return 0
   LAST_REAP=$SECONDS
-  while IFS= read -r line; do log "$line"; done < <(reap_stale_nodes "$NODE_REAP_GRACE")
+  while IFS= read -r line; do log "$line"; done < <(reap_stale_nodes "$NODE_REAP_GRACE" "$JOIN_PENDING_PREFIX")
   while IFS= read -r line; do log "$line"; done < <(report_boot_failures "$FSX_ROOT/status" "$FSX_ROOT/status/reported")
 }
 
@@ -82,6 +98,21 @@ follow_key() {
   boot_detached --from munge
 }
 
+# nap SECONDS: the controller's pause between passes, cut short (within 0.2 s) when a join
+# request arrives that was not pending when the pause began: a booting node gets the key
+# at once instead of up to SECONDS later. A request it cannot answer (a bad certificate)
+# is still pending at the next pause, so it does not keep waking it.
+nap() {
+  local i before
+  mj_pending "$m/requests" "$m/responses"
+  before=$MJ_PENDING
+  for ((i = 0; i < $1 * 5; i++)); do
+    sleep 0.2
+    mj_pending "$m/requests" "$m/responses"
+    [[ $MJ_PENDING == "$before" ]] || return 0
+  done
+}
+
 main() {
   local interval=$MUNGE_CONTROLLER_INTERVAL min_age=0 n m="$FSX_ROOT/munge"
   load_identity
@@ -92,11 +123,11 @@ main() {
       n=$(mj_answer "$MUNGE_KEY" "$m/requests" "$m/responses" "$min_age")
       if ((n > 0)); then log "answered $n join request(s)"; fi
       mj_gc "$m/requests" "$m/responses"
-      if is_controller; then reap; block_end_tick; join_gate_tick; else follow_controller; fi
+      if is_controller; then reap; block_end_tick; topology_tick; join_gate_tick; repair_tick; accounting_tick; dcgm_tick; metrics_tick; else follow_controller; fi
     elif fsx_root_ready && [[ -s $m/key.sha256 ]]; then
       follow_key
     fi
-    sleep "$interval"
+    if is_controller; then nap "$interval"; else sleep "$interval"; fi
   done
 }
 

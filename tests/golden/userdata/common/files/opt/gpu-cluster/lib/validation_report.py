@@ -9,21 +9,62 @@ import subprocess
 import sys
 import time
 try:
-    from nodeside import verdict
+    from nodeside import pair_topology, verdict
 except ImportError:
+    import pair_topology
     import verdict
 FIGURES = {'single': ('busbw', None, 'min'), 'all_reduce': ('algbw', 'all_reduce_min_algbw', 'min'), 'alltoall': ('algbw', 'alltoall_min_algbw', 'min'), 'torch_all_reduce': ('algbw', 'all_reduce_min_algbw', 'min'), 'torch_all_to_all': ('algbw', 'alltoall_min_algbw', 'min'), 'pingpong': ('latency_us', 'pingpong_max_latency_us', 'max')}
 PAIR_STEPS = ('all_reduce', 'alltoall', 'torch_all_reduce', 'torch_all_to_all', 'pingpong')
 REQUIRED_ON_GPUS = ('single', 'all_reduce', 'alltoall', 'pingpong')
 REASON_PREFIX = 'gpu-cluster validation: '
 JOIN_REASON_PREFIX = 'gpu-cluster join gate: '
+MAX_JSON_BYTES = 16 << 20
+REQUIRED_CONFIG = {'fsx_root': str, 'instance_type': str, 'cluster_name': str, 'thresholds': dict}
 
 def load_json(path, default=None):
+    text, _, _ = verdict.read_log(path, MAX_JSON_BYTES)
     try:
-        with open(path, encoding='utf-8') as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return default if text is None else json.loads(text)
+    except ValueError:
         return default
+
+class InputProblem(Exception):
+
+    def __init__(self, line, code):
+        super().__init__(line)
+        self.code = code
+
+def read_config(path, cmd):
+    text, why, code = verdict.read_log(path, MAX_JSON_BYTES)
+    if text is None:
+        raise InputProblem(f"--config {path}: {why.replace('log', 'file')}", code)
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise InputProblem(f'--config {path}: not JSON ({e})', verdict.EXIT_USAGE) from None
+    if not isinstance(config, dict):
+        raise InputProblem(f'--config {path}: a JSON {type(config).__name__}, not an object', verdict.EXIT_USAGE)
+    if cmd != 'settings':
+        bad = [k for k, kind in REQUIRED_CONFIG.items() if not isinstance(config.get(k), kind)]
+        if bad:
+            raise InputProblem(f"--config {path}: {', '.join(bad)} missing or of the wrong type (a partial config.json?)", verdict.EXIT_USAGE)
+    return config
+RUN_EXISTS = ('check', 'skip', 'build')
+
+def check_run(a):
+    if a.cmd not in RUN_EXISTS and a.cmd != 'start':
+        return
+    if not a.run:
+        raise InputProblem(f'{a.cmd}: --run DIR is required', verdict.EXIT_USAGE)
+    if a.cmd == 'start':
+        parent = os.path.dirname(os.path.abspath(a.run))
+        if not os.path.isdir(parent):
+            raise InputProblem(f'--run {a.run}: {parent} is not a directory', verdict.EXIT_USAGE)
+        return
+    if not os.path.exists(a.run):
+        raise InputProblem(f'--run {a.run}: no such run directory (start the run first)', verdict.EXIT_UNREACHABLE)
+    if not os.path.isdir(a.run):
+        raise InputProblem(f'--run {a.run}: not a directory', verdict.EXIT_USAGE)
 
 def write_json(path, data):
     tmp = f'{path}.tmp{os.getpid()}'
@@ -74,27 +115,42 @@ def check_step(config, baseline_figures, step, text):
     r.update(figure=figure, value=r.get(figure), limit=limit, limit_kind=kind, limit_source=source)
     return r
 
-def pairs(nodes, features):
-    blocks = {}
+def _blocks(nodes, features):
+    out = {}
     for n in nodes:
         feats = features.get(n, [])
-        b = next((f[len('block-'):] for f in feats if f.startswith('block-')), 'default')
-        blocks.setdefault(b, []).append(n)
-    out = []
+        out[n] = next((f[len('block-'):] for f in feats if f.startswith('block-')), 'default')
+    return out
+
+def pairs(nodes, features, paths=None):
+    block_of = _blocks(nodes, features)
+    paths = {n: p for n, p in (paths or {}).items() if n in block_of}
+    raw = pair_topology.topology_pairs(paths)
+    blocks = {}
+    for n in nodes:
+        if n not in paths:
+            blocks.setdefault(block_of[n], []).append(n)
     for b in sorted(blocks):
-        members = blocks[b]
-        if len(members) == 2:
-            out.append((members[0], members[1], f'within:{b}'))
-        elif len(members) > 2:
-            out.extend(((members[i], members[(i + 1) % len(members)], f'within:{b}') for i in range(len(members))))
-    names = sorted(blocks)
-    for a, b in itertools.pairwise(names):
-        out.append((blocks[a][0], blocks[b][0], f'across:{a}/{b}'))
+        raw.extend(pair_topology._ring(blocks[b]))
+    firsts = {}
+    for n in nodes:
+        firsts.setdefault(block_of[n], n)
+    names = sorted(firsts)
+    boundary = [(firsts[a], firsts[b]) for a, b in itertools.pairwise(names)]
+    out, seen = ([], set())
+    for a, b in raw + [p for p in boundary if p not in raw and p[::-1] not in raw]:
+        if (a, b) in seen or (b, a) in seen:
+            continue
+        seen.add((a, b))
+        ka, kb = (block_of[a], block_of[b])
+        kind = f'within:{ka}' if ka == kb else f'across:{min(ka, kb)}/{max(ka, kb)}'
+        lvl = pair_topology.level(paths[a], paths[b]) if a in paths and b in paths else None
+        out.append((a, b, kind, lvl))
     return out
 
 def join_pairs(nodes, newcomers, partner):
     if partner and partner in nodes:
-        return [(n, partner, 'join') for n in nodes if n in newcomers]
+        return [(n, partner, 'join', None) for n in nodes if n in newcomers]
     return pairs([n for n in nodes if n in newcomers], {})
 
 def join_outcome(records, newcomers, gpus):
@@ -163,23 +219,22 @@ def drain(nodes_reasons, runner=subprocess.run, prefix=REASON_PREFIX):
 def figures_of(records):
     vals = {}
     for r in records:
+        if r.get('retest_of'):
+            continue
         if r['verdict'] == 'GO' and r.get('value') is not None and (r['step'] in FIGURES):
             vals.setdefault(f"{r['step']}.{r['figure']}", []).append(r['value'])
     return {k: round(statistics.median(v), 2) for k, v in sorted(vals.items())}
 
 def groups(records):
-    out = {}
-    for r in records:
-        if r['step'] in PAIR_STEPS and r['verdict'] != 'SKIPPED' and r.get('kind'):
-            g = out.setdefault(r['kind'], {}).setdefault(r['step'], {'GO': 0, 'NO-GO': 0, 'values': []})
-            g[r['verdict']] += 1
-            if r.get('value') is not None:
-                g['values'].append(r['value'])
-    for steps in out.values():
-        for g in steps.values():
-            vals = g.pop('values')
-            g['median'] = round(statistics.median(vals), 2) if vals else None
-    return out
+    return pair_topology.figures_by(records, lambda r: r.get('kind') or None if r['step'] in PAIR_STEPS else None)
+
+def topology_report(config, run_dir, records):
+    figures = pair_topology.level_figures(records)
+    if not figures:
+        return None
+    kinds = {step: FIGURES[step][2] for step in FIGURES}
+    blamed, notes = pair_topology.retest_blame(records, topology_paths(config, run_dir))
+    return {'levels': figures, 'level_margin': float(config.get('level_margin', 0.1)), 'flags': pair_topology.level_flags(figures, float(config.get('level_margin', 0.1)), kinds), 'outliers': {f'{a}+{b} {step}': why for (a, b, step), why in sorted(pair_topology.outliers(records).items())}, 'blamed': blamed, 'notes': notes}
 
 def _read_records(run_dir):
     try:
@@ -218,9 +273,14 @@ def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None
     else:
         bad = blame(records)
         verdict_, reasons = _verdict(config, records)
+    topo = None if join else topology_report(config, run_dir, records)
+    for node, why in (topo or {}).get('blamed', {}).items():
+        bad.setdefault(node, why)
     report = {'run_id': meta.get('run_id', os.path.basename(run_dir.rstrip('/'))), 'job_id': meta.get('job_id'), 'cluster': config['cluster_name'], 'instance_type': config['instance_type'], 'nodes': meta.get('nodes', []), 'started': meta.get('started'), 'finished': now or _now(), 'thresholds': config['thresholds'], 'baseline_margin': config.get('baseline_margin'), 'steps': records, 'blamed_nodes': bad, 'pair_groups': groups(records), 'skipped': [f"{r['step']} {'+'.join(r['nodes'])}: {_first(r)}" for r in records if r['verdict'] == 'SKIPPED'], 'verdict': verdict_}
     if reasons is not None:
         report['reasons'] = reasons
+    if topo:
+        report['topology'] = topo
     if join:
         report['join'] = {'newcomers': meta['newcomers'], 'partner': meta.get('partner') or None}
         report['baseline'] = {}
@@ -245,10 +305,24 @@ def _fmt(r):
         lim = f" ({r['limit_kind']} {r['limit']} {unit}, {r['limit_source']})"
     return f"{r['figure'].replace('_us', '')} {r['value']} {unit}{lim}"
 
+def _topology_lines(topo):
+    if not topo:
+        return []
+    out = []
+    for lvl, steps in topo['levels'].items():
+        figs = ', '.join((f"{step} median {g['median']} ({g['GO']} GO, {g['NO-GO']} NO-GO)" for step, g in sorted(steps.items())))
+        out.append(f'  level {lvl}: {figs}')
+    out.extend((f'  FLAG {line}' for line in topo['flags']))
+    out.extend((f'  outlier {pair}: {why}' for pair, why in topo['outliers'].items()))
+    out.extend((f'  re-test: {note}' for note in topo['notes']))
+    return out
+
 def summary(report):
     out = [f"gpu-cluster validation {report['run_id']}: {report['verdict']}", f"cluster {report['cluster']}, {report['instance_type']}, {len(report['nodes'])} node(s): {','.join(report['nodes'])}"]
     for r in report['steps']:
-        line = f"  {r['verdict']:7} {r['step']:17} {'+'.join(r['nodes']):28} {r.get('kind') or '':16} {_fmt(r)}"
+        retest = f"re-test of {r['retest_of']}" if r.get('retest_of') else ''
+        where = ' '.join((x for x in (r.get('kind'), r.get('level'), retest) if x))
+        line = f"  {r['verdict']:7} {r['step']:17} {'+'.join(r['nodes']):28} {where:16} {_fmt(r)}"
         out.append(line.rstrip())
         if r['verdict'] != 'GO':
             out.extend((f'           - {why}' for why in r.get('reasons', [])))
@@ -257,6 +331,7 @@ def summary(report):
         out.append(f'  NO-GO: {why}')
     for kind, steps in sorted(report.get('pair_groups', {}).items()):
         out.append(f'  pairs {kind}: ' + ', '.join((f"{step} median {g['median']} ({g['GO']} GO, {g['NO-GO']} NO-GO)" for step, g in sorted(steps.items()))))
+    out.extend(_topology_lines(report.get('topology')))
     for node, why in sorted(report['blamed_nodes'].items()):
         d = report['drained'].get(node)
         state = '' if d is None else ' -> drained' if d['rc'] == 0 else f" -> drain FAILED: {d['stderr']}"
@@ -279,9 +354,10 @@ def _append(run_dir, record):
         f.write(json.dumps(record, sort_keys=True) + '\n')
 
 def _parser():
-    p = argparse.ArgumentParser(description='first-boot validation report')
-    p.add_argument('--config', default='/opt/gpu-cluster/validation/config.json')
-    p.add_argument('--run', help='run directory')
+    p = argparse.ArgumentParser(prog='validation_report.py', description='first-boot validation report: step verdicts, node pairs, report, baseline, drains', epilog='example:\n  gpu-cluster-validation status   (runs: validation_report.py --config CONFIG status)', formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--version', action='version', version=f'validation_report.py (gpu-cluster) {verdict.version()}')
+    p.add_argument('--config', default='/opt/gpu-cluster/validation/config.json', help="the node's validation config (default: %(default)s)")
+    p.add_argument('--run', help='run directory (start creates it; check, skip and build need it)')
     sub = p.add_subparsers(dest='cmd', required=True)
     s = sub.add_parser('start')
     s.add_argument('--nodes', required=True)
@@ -296,7 +372,10 @@ def _parser():
         s.add_argument('--step', required=True, choices=('pmix', 'container') + tuple(FIGURES))
         s.add_argument('--nodes', required=True)
         s.add_argument('--kind', default='')
+        s.add_argument('--level', default='', help="the pair's topology level (plan's LEVEL)")
+        s.add_argument('--retest-of', default='', help='a re-test: the suspect pair a+b it measures again')
         s.add_argument('--log' if name == 'check' else '--reason', required=True)
+    sub.add_parser('retest-plan', help='pairs re-testing the nodes of outlier and NO-GO pairs')
     s = sub.add_parser('build')
     s.add_argument('--drain', action='store_true')
     s = sub.add_parser('joined', help="the join gate's outcome per newcomer, for lib/join-gate.sh")
@@ -328,30 +407,58 @@ def _cmd_start(a, config, root, nodes):
     write_json(os.path.join(a.run, 'run.json'), meta)
     return 0
 
+def topology_paths(config, run_dir=None):
+    snap = load_json(os.path.join(run_dir, 'topology.json')) if run_dir else None
+    record = snap if snap is not None else load_json(os.path.join(config['fsx_root'], 'topology', 'nodes.json'))
+    return pair_topology.paths_of(record)
+
 def _cmd_plan(a, config, root, nodes):
-    with open(a.features, encoding='utf-8') as f:
-        feats = parse_features(f.read())
+    text, why, code = verdict.read_log(a.features, MAX_JSON_BYTES)
+    if text is None:
+        raise InputProblem(f"--features {a.features}: {why.replace('log', 'file')}", code)
+    feats = parse_features(text)
     meta = load_json(os.path.join(a.run, 'run.json'), {}) if a.run else {}
-    plan = join_pairs(nodes, meta['newcomers'], meta.get('partner')) if 'newcomers' in meta else pairs(nodes, feats)
-    for x, y, kind in plan:
-        print(x, y, kind)
+    if 'newcomers' in meta:
+        plan = join_pairs(nodes, meta['newcomers'], meta.get('partner'))
+    else:
+        record = load_json(os.path.join(config['fsx_root'], 'topology', 'nodes.json'))
+        if a.run and record is not None:
+            write_json(os.path.join(a.run, 'topology.json'), record)
+        plan = pairs(nodes, feats, pair_topology.paths_of(record))
+    for x, y, kind, lvl in plan:
+        print(x, y, kind, lvl or '-')
     return 0
 
+def _cmd_retest_plan(a, config, root, nodes):
+    records = _read_records(a.run)
+    paths = topology_paths(config, a.run)
+    kinds = {tuple(r['nodes']): r.get('kind') or 'within:default' for r in records if len(r['nodes']) == 2}
+    for node, partner, suspect in pair_topology.retest_plan(records, paths):
+        x, y = suspect.split('+')
+        lvl = pair_topology.level(paths[node], paths[partner]) if node in paths and partner in paths else '-'
+        print(node, partner, kinds.get((x, y), 'within:default'), lvl, suspect)
+    return 0
+
+def _placed(a, record):
+    if a.level and a.level != '-':
+        record['level'] = a.level
+    if a.retest_of:
+        record['retest_of'] = a.retest_of
+    return record
+
 def _cmd_skip(a, config, root, nodes):
-    _append(a.run, {'step': a.step, 'nodes': nodes, 'kind': a.kind, 'verdict': 'SKIPPED', 'reasons': [a.reason], 'notes': []})
+    _append(a.run, _placed(a, {'step': a.step, 'nodes': nodes, 'kind': a.kind, 'verdict': 'SKIPPED', 'reasons': [a.reason], 'notes': []}))
     print(f"SKIPPED {a.step} {'+'.join(nodes)}: {a.reason}")
     return 0
 
 def _cmd_check(a, config, root, nodes):
-    try:
-        with open(a.log, encoding='utf-8', errors='replace') as f:
-            text = f.read()
-    except OSError as e:
-        text = f'cannot read log: {e}'
+    text, why, _ = verdict.read_log(a.log)
+    if text is None:
+        text = why
     base = usable_baseline(config, load_json(os.path.join(root, 'baseline.json')))
     r = check_step(config, base, a.step, text)
     r.update(step=a.step, nodes=nodes, kind=a.kind, log=a.log)
-    _append(a.run, r)
+    _append(a.run, _placed(a, r))
     print(f"{r['verdict']} {a.step} {'+'.join(nodes)} {_fmt(r)}".rstrip())
     for why in r['reasons']:
         print(f'  - {why}')
@@ -362,18 +469,44 @@ def _cmd_build(a, config, root, nodes):
     sys.stdout.write(summary(report))
     return 0 if report['verdict'] == 'GO' else 1
 
+def health_records(fsx_root):
+    out = {}
+    d = os.path.join(fsx_root, 'health')
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if not name.endswith('.json'):
+            continue
+        r = load_json(os.path.join(d, name))
+        if not isinstance(r, dict):
+            out[name[:-5]] = {'state': 'unreadable', 'time': '', 'reason': '', 'failed': []}
+            continue
+        failed = [c.get('detail', '') for c in r.get('checks', []) if isinstance(c, dict) and c.get('status') == 'fail']
+        out[name[:-5]] = {'state': r.get('state'), 'time': r.get('time'), 'reason': r.get('reason', ''), 'failed': failed}
+    return out
+
+def health_summary(records):
+    out = [f'node health ({len(records)} record(s)):'] if records else ['node health: no record yet']
+    for node, r in sorted(records.items()):
+        out.append(f"  {node}: {r['state']} ({r['time'] or '?'})" + (f": {r['reason']}" if r['reason'] else ''))
+    return '\n'.join(out) + '\n'
+
 def _cmd_status(a, config, root, nodes):
+    health = health_records(config['fsx_root'])
     try:
         with open(os.path.join(root, 'latest'), encoding='utf-8') as f:
             run_id = f.read().strip()
     except OSError:
         print(f'no validation run recorded under {root}')
-        return 2
+        sys.stdout.write(health_summary(health))
+        return verdict.EXIT_UNREACHABLE
     report = load_json(os.path.join(root, run_id, 'report.json'))
-    if report is None:
-        print(f'run {run_id}: report missing under {root}')
-        return 2
-    sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + '\n' if a.json else summary(report))
+    if not isinstance(report, dict) or 'verdict' not in report:
+        print(f'run {run_id}: report missing or unreadable under {root}')
+        sys.stdout.write(health_summary(health))
+        return verdict.EXIT_UNREACHABLE
+    if a.json:
+        sys.stdout.write(json.dumps({**report, 'health': health}, indent=2, sort_keys=True) + '\n')
+    else:
+        sys.stdout.write(summary(report) + health_summary(health))
     return 0 if report['verdict'] == 'GO' else 1
 
 def _cmd_settings(a, config, root, nodes):
@@ -381,7 +514,7 @@ def _cmd_settings(a, config, root, nodes):
         lines = settings(config, a.keys)
     except KeyError as e:
         print(f'{a.config} has no {e.args[0]}', file=sys.stderr)
-        return 2
+        return verdict.EXIT_USAGE
     print('\n'.join(lines))
     return 0
 
@@ -395,16 +528,21 @@ def _cmd_joined(a, config, root, nodes):
         else:
             print(n, failed.get(n, 'GO'))
     return 0
-COMMANDS = {'joined': _cmd_joined, 'start': _cmd_start, 'plan': _cmd_plan, 'skip': _cmd_skip, 'check': _cmd_check, 'build': _cmd_build, 'status': _cmd_status, 'settings': _cmd_settings}
+COMMANDS = {'joined': _cmd_joined, 'start': _cmd_start, 'plan': _cmd_plan, 'retest-plan': _cmd_retest_plan, 'skip': _cmd_skip, 'check': _cmd_check, 'build': _cmd_build, 'status': _cmd_status, 'settings': _cmd_settings}
 
 def main(argv=None):
     a = _parser().parse_args(argv)
-    config = load_json(a.config)
-    if config is None:
-        print(f'cannot read {a.config}', file=sys.stderr)
-        return 2
-    root = os.path.join(config['fsx_root'], 'validation')
-    nodes = [n for n in getattr(a, 'nodes', '').split(',') if n]
-    return COMMANDS[a.cmd](a, config, root, nodes)
+
+    def body():
+        try:
+            config = read_config(a.config, a.cmd)
+            check_run(a)
+            root = os.path.join(config.get('fsx_root', ''), 'validation')
+            nodes = [n for n in getattr(a, 'nodes', '').split(',') if n]
+            return COMMANDS[a.cmd](a, config, root, nodes)
+        except InputProblem as e:
+            print(f'validation_report.py {a.cmd}: {e}', file=sys.stderr)
+            return e.code
+    return verdict.guarded('validation_report.py', body)
 if __name__ == '__main__':
     sys.exit(main())

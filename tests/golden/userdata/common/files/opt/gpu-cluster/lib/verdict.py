@@ -4,7 +4,12 @@ import json
 import math
 import os
 import re
+import stat
 import sys
+import traceback
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = (0, 1, 2, 3, 4, 130)
+DEBUG_ENV = 'GPU_CLUSTER_DEBUG'
+MAX_LOG_BYTES = 512 << 20
 ALLREDUCE_FRACTION = 0.6
 ALLTOALL_FRACTION = 0.6
 PINGPONG_MAX_US = 30.0
@@ -39,6 +44,9 @@ AVG = re.compile('Avg bus bandwidth\\s*:\\s*([\\d.]+)')
 NETWORK = re.compile('Using network (\\S+(?: Libfabric)?)')
 PROVIDER = re.compile('Selected [Pp]rovider is ([\\w;]+)')
 NICS = re.compile('found (\\d+) nics')
+REDUCED = re.compile('Reducing maxBytes to (\\d+)')
+ARB_HEAD = re.compile('^The average bandwidth of (\\w+) with a ([\\d.]+)GB payload \\((\\d+) trials, (\\d+) ranks\\)')
+ARB_FIGURE = re.compile('^(algbw|busbw): ([\\d.]+) GBps')
 HOSTPID = re.compile('([\\w.-]+):(\\d+):\\d+')
 NRANKS = re.compile('\\bnranks (\\d+)\\b')
 RANKLINE = re.compile('#?\\s*Rank\\s+(\\d+)\\s+(?:Group\\s+\\d+\\s+)?Pid\\s+(\\d+)\\s+on\\s+(\\S+)\\s+device')
@@ -51,7 +59,7 @@ PP_ROW = re.compile('^(\\d+(?:\\.\\d+)?[kmg]?)\\s+(\\d+[kmg]?)\\s+(?:=?\\d+[kmg]
 PP_CALL = re.compile('(?:fi|ft)_\\w{1,64}\\(\\)')
 SOCKET_REASON = "NCCL fell back to TCP sockets ('Using network Socket')"
 ALONE_REASON = 'every process ran alone: nccl-tests built without MPI=1?'
-PREFIX = re.compile('(?:[ \\t]*(?:\\d{1,7}:(?=[ \\t]|$)|\\[\\d{1,7},\\d{1,7}\\]<std[a-z]{2,4}>:|\\[rank ?\\d{1,7}\\]:?(?=[ \\t]|$))){0,4}[ \\t]*')
+PREFIX = re.compile('(?:[ \\t]*(?:\\d{1,7}:(?=[ \\t]|$)|\\[(?:[\\w.-]{1,64}@)?\\d{1,7},\\d{1,7}\\]<std[a-z]{2,4}>:|\\[rank ?\\d{1,7}\\]:?(?=[ \\t\\[]|$)|\\[[\\w.-]{1,253}:\\d{1,7}\\]:|\\[\\d{1,7}\\](?=[ \\t]))){0,4}[ \\t]*')
 PREFIX_START = frozenset(' \t0123456789[')
 
 def _strip(line):
@@ -99,6 +107,8 @@ def _check_transport(result, expect, expect_nics):
         result['reasons'].append(SOCKET_REASON)
     if t and expect != 'any' and (t != expect) and (t != 'socket'):
         result['reasons'].append(f'transport {t}, expected {expect}')
+    if expect in ('efa', 'ib') and result.get('rank_nodes') == 1:
+        result['reasons'].append(f'ran on one node: no {expect} traffic between nodes was measured; run it across two nodes')
     if expect_nics and result['nics'] is not None and (result['nics'] < expect_nics):
         result['reasons'].append(f"NCCL found {result['nics']} nics, expected {expect_nics}")
 
@@ -171,8 +181,10 @@ def parse_nccl_tests(text, lines):
     coll = m.group(1) if m else _collective(text)
     r['collective'] = coll
     comms = _ranks(lines)
-    hosts = {e[2] for c in comms for e in c} | _nccl_hosts(lines)
+    rank_hosts = {e[2] for c in comms for e in c}
+    hosts = rank_hosts | _nccl_hosts(lines)
     r['nodes'] = len(hosts) or None
+    r['rank_nodes'] = len(rank_hosts) or None
     r['ranks'] = max((len(c) for c in comms), default=None)
     _transport(text, r)
     heads = [ln for ln in lines if 'nThread' in ln and HEADER.search(ln)]
@@ -195,13 +207,20 @@ def parse_nccl_tests(text, lines):
     if not rows:
         r['reasons'].append('no result rows: the test never produced a measurement')
     else:
-        last = max(rows, key=lambda x: x['size'])
-        r.update(max_size_bytes=last['size'], algbw=last['algbw'], busbw=last['busbw'])
-    if not oob or not any(('Avg bus bandwidth' in ln and AVG.search(ln) for ln in lines)):
-        r['reasons'].append('never reached the summary lines (Out of bounds / Avg bus bandwidth)')
+        _largest(r, rows)
+    _footer(r, lines, oob)
+    _reached_largest(r, header, lines, rows)
+    _failures(text, r)
+    return r
+
+def _reached_largest(r, header, lines, rows):
     if header:
         minb, maxb, step = (int(header.group(i)) for i in (2, 3, 4))
         mode = header.group(5)
+        reduced = next((m for ln in lines if 'Reducing maxBytes' in ln for m in [REDUCED.search(ln)] if m), None)
+        if reduced and int(reduced.group(1)) < maxb:
+            maxb = int(reduced.group(1))
+            r['notes'].append(f"maxBytes reduced to {maxb} to fit in GPU memory (nccl-tests' own line)")
         r['requested_max_bytes'] = maxb
         want = _expected_last(minb, maxb, step, mode)
         prev = want / step if mode == 'factor' and step > 1 else want - step
@@ -209,8 +228,22 @@ def parse_nccl_tests(text, lines):
             _stopped_short(r, r['max_size_bytes'], want)
     else:
         r['notes'].append('no nccl-tests header line: requested size range unknown')
-    _failures(text, r)
-    return r
+
+def _largest(r, rows):
+    top = max((x['size'] for x in rows))
+    at_top = [x for x in rows if x['size'] == top]
+    worst = min(at_top, key=lambda x: x['algbw'])
+    r.update(max_size_bytes=top, algbw=worst['algbw'], busbw=worst['busbw'])
+    if len(at_top) > 1:
+        r['notes'].append(f'{len(at_top)} rows at {top} bytes (one per datatype or operation): judged by the lowest')
+
+def _footer(r, lines, oob):
+    avg = any(('Avg bus bandwidth' in ln and AVG.search(ln) for ln in lines))
+    concluded = any((ln.startswith('# Collective test concluded') for ln in lines))
+    if not (avg or concluded):
+        r['reasons'].append('never reached the summary lines (Out of bounds / Avg bus bandwidth)')
+    elif not oob:
+        r['notes'].append("no 'Out of bounds' line in the footer: correctness rests on the #wrong column")
 
 def _stopped_short(r, reached, requested) -> None:
     r['reasons'].append(f'stopped at {reached} bytes, before the requested largest size {requested}')
@@ -219,7 +252,7 @@ def parse_torch(text, lines):
     r = _new('torch_comm_bench')
     head = next((m for ln in lines if 'op=' in ln for m in [TORCH_HEAD.search(ln)] if m), None)
     nodes = int(head.group(3)) if head else None
-    r['nodes'] = nodes
+    r['nodes'] = r['rank_nodes'] = nodes
     _transport(text, r)
     rows = [m for ln in lines if ' B ' in ln for m in [TORCH.match(ln)] if m]
     r['collective'] = rows[0].group(1) if rows else head.group(1) if head else None
@@ -236,6 +269,24 @@ def parse_torch(text, lines):
     _failures(text, r)
     return r
 
+def parse_allreduce_bench(text, lines):
+    r = _new('all_reduce_bench')
+    head = next((m for ln in lines if ln[:1] == 'T' for m in [ARB_HEAD.match(ln)] if m), None)
+    _transport(text, r)
+    r['wrong'] = None
+    figures = {m.group(1): float(m.group(2)) for ln in lines if ln[:1] in 'ab' for m in [ARB_FIGURE.match(ln)] if m}
+    if head is None:
+        r['reasons'].append("no 'The average bandwidth of ...' summary line")
+    else:
+        r['collective'] = head.group(1)
+        r['ranks'] = int(head.group(4))
+        r['max_size_bytes'] = int(float(head.group(2)) * 1000000000.0)
+    if head is not None and ('algbw' not in figures or 'busbw' not in figures):
+        r['reasons'].append('the summary was cut before its algbw and busbw lines')
+    r.update(algbw=figures.get('algbw'), busbw=figures.get('busbw'))
+    _failures(text, r)
+    return r
+
 def _pp_provider(ln):
     toks = ln.split()
     at = next((i for i, t in enumerate(toks) if t.rsplit('/', 1)[-1] == 'fi_pingpong'), None)
@@ -248,13 +299,31 @@ def _pp_provider(ln):
         if t.startswith('-p') and len(t) > 2 and t[2:].isalnum():
             return t[2:]
     return None
+PP_VALUE_OPTS = frozenset(('-p', '--provider', '-e', '-d', '-f', '-I', '-S', '-B', '-P', '-s', '-m', '-D'))
+
+def _pp_role(ln):
+    toks = ln.split()
+    at = next((i for i, t in enumerate(toks) if t.rsplit('/', 1)[-1] == 'fi_pingpong'), None)
+    if at is None:
+        return None
+    i = at + 1
+    while i < len(toks):
+        t = toks[i]
+        if t in PP_VALUE_OPTS:
+            i += 2
+            continue
+        if not t.startswith('-'):
+            return 'client'
+        i += 1
+    return 'server'
 
 def parse_pingpong(text, lines):
     r = _new('fi_pingpong')
     r['transport'] = next((p for ln in lines if 'fi_pingpong' in ln for p in [_pp_provider(ln)] if p), None)
+    r['role'] = next((x for ln in lines if 'fi_pingpong' in ln for x in [_pp_role(ln)] if x), None)
     rows = [m for ln in lines if ln[:1].isdigit() for m in [PP_ROW.match(ln)] if m]
     if not rows:
-        r['reasons'].append('no result rows: the client never completed a ping-pong')
+        r['reasons'].append(NO_PP_ROWS)
     else:
         small = min(rows, key=lambda x: _size(x.group(1)))
         r['latency_us'] = float(small.group(6))
@@ -292,6 +361,8 @@ def _banner(ln):
         return ('nccl-tests', 3)
     elif c == 'b' and ln.startswith('bytes') and ('usec/xfer' in ln):
         return ('fi_pingpong', 1)
+    elif c == 'T' and ln.startswith('The average bandwidth of ') and ARB_HEAD.match(ln):
+        return ('all_reduce_bench', 1)
     if 'fi_pingpong' in ln and any((t.rsplit('/', 1)[-1] == 'fi_pingpong' for t in ln.split())):
         return ('fi_pingpong', 0)
     if 'nThread' in ln and ln.startswith('nThread') and HEADER.search(ln):
@@ -304,6 +375,8 @@ def _is_body(tool, ln):
         return c.isdigit() or ('Rank' in ln and bool(RANKLINE.match(ln)))
     if tool == 'torch_comm_bench':
         return c == 'a' and bool(TORCH.match(ln))
+    if tool == 'all_reduce_bench':
+        return c == 'a' and bool(ARB_FIGURE.match(ln))
     return c.isdigit() and bool(PP_ROW.match(ln))
 
 def _is_end(ln):
@@ -322,7 +395,7 @@ def split_runs(lines):
     runs, cur, pending = ([], None, None)
     for i, ln in enumerate(lines):
         c = ln[:1]
-        b = _banner(ln) if c in '#bUn' or 'fi_pingpong' in ln else None
+        b = _banner(ln) if c in '#bUnT' or 'fi_pingpong' in ln else None
         if b:
             tool, stage = b
             same = cur is not None and cur['tool'] == tool and (not cur['body']) and (not cur['ended'])
@@ -361,6 +434,8 @@ def _guess(lines):
         return 'fi_pingpong'
     if any(('torch_comm_bench' in ln or (ln[:1] == 'a' and TORCH.match(ln)) for ln in lines)):
         return 'torch_comm_bench'
+    if any((ln.startswith('The average bandwidth of ') for ln in lines)):
+        return 'all_reduce_bench'
     return 'nccl-tests'
 
 def _alone(runs):
@@ -385,7 +460,8 @@ def _alone(runs):
         hosts = {e[2] for c in cs for e in c}
         one_rank = len(cs) > 1 and all((len(c) == 1 for c in cs))
         interleaved = any((len(rc) > 1 and len({e[2] for c in rc for e in c}) > 1 and all((len({e[1] for e in c}) == 1 for c in rc)) for rc in per_run))
-        if len(procs) > 1 and (one_rank or interleaved):
+        roots = any((len({(c[0][2], c[0][1]) for c in rc}) > 1 for rc in per_run))
+        if len(procs) > 1 and (one_rank or interleaved or roots):
             alone[key] = (len(procs), len(hosts))
     for key, procs in solo_init.items():
         if key not in alone and len(procs) > 1 and (not multi_init):
@@ -411,8 +487,10 @@ def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_l
             r['reasons'].append(f"latency {lat} us at {r['latency_size_bytes']} B above {max_latency_us} us")
         if expect_transport != 'any' and r['transport'] and (r['transport'] != expect_transport):
             r['reasons'].append(f"provider {r['transport']}, expected {expect_transport}")
+        r['floors'] = _floors(latency_us=max_latency_us, transport=expect_transport)
         return r
-    r = parse_torch(text, lines) if tool == 'torch_comm_bench' else parse_nccl_tests(text, lines)
+    parse = {'torch_comm_bench': parse_torch, 'all_reduce_bench': parse_allreduce_bench}.get(tool, parse_nccl_tests)
+    r = parse(text, lines)
     if catalog:
         key = {'all_reduce': 'all_reduce_min_algbw', 'alltoall': 'alltoall_min_algbw'}.get('alltoall' if r.get('collective') == 'all_to_all' else r.get('collective'))
         if min_algbw is None and key:
@@ -424,7 +502,11 @@ def _judge(run, text, expect_transport, expect_nics, min_busbw, min_algbw, max_l
     for key, floor in (('busbw', min_busbw), ('algbw', min_algbw)):
         if floor is not None and r[key] is not None and (r[key] < floor):
             r['reasons'].append(f'{key} {r[key]} GB/s at {size} bytes below {floor} GB/s')
+    r['floors'] = _floors(algbw=min_algbw, busbw=min_busbw, nics=expect_nics, transport=expect_transport)
     return r
+
+def _floors(**limits):
+    return {k: v for k, v in limits.items() if v is not None and v != 'any'}
 
 def evaluate(text, expect_transport=None, expect_nics=None, min_busbw=None, min_algbw=None, max_latency_us=None, name=None, instance_type=None):
     for key, value in (('min_busbw', min_busbw), ('min_algbw', min_algbw), ('max_latency_us', max_latency_us)):
@@ -445,6 +527,7 @@ def evaluate(text, expect_transport=None, expect_nics=None, min_busbw=None, min_
         body = '\n'.join(run['lines'])
         run['result'] = _judge(run, body, expect_transport, expect_nics, min_busbw, min_algbw, max_latency_us, catalog)
     alone = _alone(runs)
+    _pair_pingpong(runs)
     for run in runs:
         r = run['result']
         if run['tool'] == 'nccl-tests' and r.get('header') in alone:
@@ -463,6 +546,18 @@ def evaluate(text, expect_transport=None, expect_nics=None, min_busbw=None, min_
     out['runs'] = [dict(r) for r in results]
     out['verdict'] = 'NO-GO' if out['reasons'] else 'GO'
     return out
+NO_PP_ROWS = 'no result rows: the client never completed a ping-pong'
+
+def _pair_pingpong(runs):
+    clients = [r for r in runs if r['tool'] == 'fi_pingpong' and r['result'].get('latency_us') is not None]
+    if not clients:
+        return
+    for run in runs:
+        r = run['result']
+        if run['tool'] == 'fi_pingpong' and r.get('role') == 'server' and (NO_PP_ROWS in r['reasons']):
+            r['reasons'].remove(NO_PP_ROWS)
+            c = clients[0]
+            r['notes'].append(f"server side: judged by its client, fi_pingpong #{c['ordinal']}")
 
 def _positive(kind):
 
@@ -477,38 +572,104 @@ def _positive(kind):
     parse.__name__ = f'positive {kind.__name__}'
     return parse
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description='GO / NO-GO verdicts for validation logs')
-    p.add_argument('--instance-type', choices=sorted(INSTANCE_TYPES), help="apply this instance type's catalog floors (EFA, NIC count, algbw, latency)")
-    p.add_argument('--expect-transport', choices=('efa', 'ib', 'any'), help="default: the instance type's, else any")
-    p.add_argument('--expect-nics', type=_positive(int))
-    p.add_argument('--min-busbw', type=_positive(float), help='GB/s at the largest size')
-    p.add_argument('--min-algbw', type=_positive(float), help='GB/s at the largest size')
-    p.add_argument('--max-latency-us', type=_positive(float), help='fi_pingpong, smallest size')
-    p.add_argument('--json', action='store_true', help='one JSON object per line only')
-    p.add_argument('logs', nargs='+', metavar='LOG')
-    a = p.parse_args(argv)
-    status = 0
-    for path in a.logs:
+def read_log(path, limit=MAX_LOG_BYTES):
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return (None, f'cannot read log: {e.strerror or e}', EXIT_UNREACHABLE)
+    if not stat.S_ISREG(st.st_mode):
+        kind = 'a directory' if stat.S_ISDIR(st.st_mode) else 'not a regular file (a device, FIFO or socket)'
+        return (None, f'not a log file: {kind}', EXIT_USAGE)
+    if st.st_size > limit:
+        return (None, f'log of {st.st_size} bytes, more than the {limit >> 20} MiB read', EXIT_USAGE)
+    try:
+        with open(path, 'rb') as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        return (None, f'cannot read log: {e.strerror or e}', EXIT_UNREACHABLE)
+    if len(data) > limit:
+        return (None, f'log grew past the {limit >> 20} MiB read', EXIT_USAGE)
+    return (data.decode('utf-8', errors='replace'), None, None)
+
+def guarded(prog, body):
+    try:
+        return body()
+    except KeyboardInterrupt:
+        print(f'{prog}: interrupted', file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (Exception, MemoryError) as e:
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        text = ' '.join(str(e).split())[:500]
+        print(f'{prog}: internal error: {type(e).__name__}: {text}; rerun with {DEBUG_ENV}=1 for the traceback', file=sys.stderr)
+        return EXIT_INTERNAL
+VERSION_FILE = 'version'
+
+def version():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path, pattern in ((os.path.join(here, VERSION_FILE), '^(\\S+)\\s*$'), (os.path.join(here, os.pardir, 'model', 'version.py'), '(?m)^VERSION = "([^"]+)"')):
         try:
-            with open(path, encoding='utf-8', errors='replace') as f:
-                text = f.read()
-        except OSError as e:
-            r = _new(None)
-            r.update(file=path, verdict='NO-GO', reasons=[f'cannot read log: {e}'], runs=[])
-            status = 3
-        else:
-            r = evaluate(text, a.expect_transport, a.expect_nics, a.min_busbw, a.min_algbw, a.max_latency_us, name=path, instance_type=a.instance_type)
-            if r['verdict'] != 'GO' and status == 0:
-                status = 1
-        print(json.dumps(r, sort_keys=True))
-        if not a.json:
-            for run in r['runs']:
-                print(f"  {run['verdict']}: {run['run']}", file=sys.stderr)
-            for why in r['reasons']:
-                print(f'  NO-GO: {why}', file=sys.stderr)
-            for note in r['notes']:
-                print(f'  note: {note}', file=sys.stderr)
-    return status
+            with open(path, encoding='utf-8') as f:
+                m = re.search(pattern, f.read(65536))
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    return 'unknown'
+
+def _figure(run, key, unit, floor_key, above):
+    value = run.get(key)
+    if value is None:
+        return None
+    floor = run.get('floors', {}).get(floor_key)
+    text = f"{key.removesuffix('_us')} {value:g} {unit}"
+    if floor is not None:
+        text += f" ({('ceiling' if above else 'floor')} {floor:g})"
+    return text
+
+def human_lines(r):
+    lines = [f"{r['file']}: {r['verdict']}"]
+    for run in r.get('runs', []):
+        figures = [f for f in (f"{run['max_size_bytes']} B" if run.get('max_size_bytes') is not None else None, _figure(run, 'algbw', 'GB/s', 'algbw', False), _figure(run, 'busbw', 'GB/s', 'busbw', False), _figure(run, 'latency_us', 'us', 'latency_us', True), f"transport {run['transport']}" + (f" (expected {run['floors']['transport']})" if run.get('floors', {}).get('transport') else '') if run.get('transport') else None, f"nics {run['nics']}" + (f" (expected {run['floors']['nics']})" if run.get('floors', {}).get('nics') else '') if run.get('nics') is not None else None) if f]
+        what = f" {run['collective']}" if run.get('collective') else ''
+        lines.append(f"  {run['verdict']}: {run['run']}{what}" + (': ' + ', '.join(figures) if figures else ''))
+    lines += [f'  NO-GO: {why}' for why in r['reasons']]
+    lines += [f'  note: {note}' for note in r['notes']]
+    return lines
+
+def _parser():
+    p = argparse.ArgumentParser(prog='verdict.py', description='GO / NO-GO verdicts for validation logs (nccl-tests, fi_pingpong, torch_comm_bench)', epilog='example:\n  python3 -m nodeside.verdict --instance-type p5.48xlarge all_reduce.log', formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--version', action='version', version=f'verdict.py (gpu-cluster) {version()}')
+    p.add_argument('--instance-type', choices=sorted(INSTANCE_TYPES), help="apply this instance type's catalog floors (EFA, NIC count, algbw, latency); default: none")
+    p.add_argument('--expect-transport', choices=('efa', 'ib', 'any'), help="default: the instance type's, else any")
+    p.add_argument('--expect-nics', type=_positive(int), help="default: the instance type's, else none")
+    p.add_argument('--min-busbw', type=_positive(float), help='GB/s at the largest size (default: none)')
+    p.add_argument('--min-algbw', type=_positive(float), help="GB/s at the largest size (default: the instance type's, else none)")
+    p.add_argument('--max-latency-us', type=_positive(float), help="fi_pingpong, smallest size (default: the instance type's)")
+    p.add_argument('--json', action='store_true', help='one JSON object per log on stdout instead of the human lines')
+    p.add_argument('logs', nargs='+', metavar='LOG')
+    return p
+
+def _worst(status, code):
+    order = (EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE)
+    return max(status, code, key=order.index)
+
+def main(argv=None):
+    a = _parser().parse_args(argv)
+
+    def body():
+        status = EXIT_OK
+        for path in a.logs:
+            text, why, code = read_log(path)
+            if text is None:
+                r = _new(None)
+                r.update(file=path, verdict='NO-GO', reasons=[why], runs=[])
+            else:
+                r = evaluate(text, a.expect_transport, a.expect_nics, a.min_busbw, a.min_algbw, a.max_latency_us, name=path, instance_type=a.instance_type)
+                code = EXIT_OK if r['verdict'] == 'GO' else EXIT_FAILED
+            status = _worst(status, code)
+            print(json.dumps(r, sort_keys=True) if a.json else '\n'.join(human_lines(r)), flush=True)
+        return status
+    return guarded('verdict.py', body)
 if __name__ == '__main__':
     sys.exit(main())

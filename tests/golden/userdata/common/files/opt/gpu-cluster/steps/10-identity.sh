@@ -56,6 +56,8 @@ pin_hosts() {
 
 main() {
   local iid addr fqdn short az cluster role nodes block block_end got
+  # one session for the eight reads below (each would otherwise ask for its own token)
+  IMDS_TOKEN=$(imds_token) || IMDS_TOKEN=""
   iid=$(meta instance-id)
   addr=$(meta local-ipv4)
   fqdn=$(meta local-hostname)
@@ -68,7 +70,8 @@ main() {
   block=$(tag GpuClusterBlock)
   [[ $addr =~ ^[0-9]+(\.[0-9]+){3}$ ]] || die "local-ipv4 '$addr' is not an IPv4 address"
   [[ $cluster == "$CLUSTER_NAME" ]] || die "GpuClusterName tag is '$cluster' but this user data belongs to cluster '$CLUSTER_NAME'"
-  [[ $role == controller || $role == worker ]] || die "GpuClusterRole tag is '$role'; expected controller or worker"
+  [[ $role == controller || $role == worker || $role == login ]] ||
+    die "GpuClusterRole tag is '$role'; expected controller, worker or login"
   [[ $nodes =~ ^[1-9][0-9]*$ ]] || die "GpuClusterNodes tag is '$nodes'; expected a node count"
   [[ $block =~ ^[A-Za-z0-9_-]+$ ]] || die "GpuClusterBlock tag '$block' cannot be a Slurm feature"
   block_end=$(read_block_end "$block")

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR/..
 # Step 20: packages. Verifies, or installs exactly: Slurm $SLURM_SERIES from the OS
-# archive (slurm-wlm, slurmd, slurmctld, slurm-client, with the PMIx plugin), munge,
+# archive (slurm-wlm, slurmd, slurmctld, slurmdbd, slurm-client, with the PMIx plugin;
+# slurmdbd on every image, run only by a controller with accounting), munge,
 # Enroot $ENROOT_VERSION (NVIDIA release .debs from $ENROOT_URL), Pyxis $PYXIS_VERSION
-# (built from its tag at $PYXIS_URL against libslurm-dev) and the Lustre client (the
-# module for the RUNNING kernel, and lustre-client-utils for mount.lustre).
+# (built from its tag at $PYXIS_URL against libslurm-dev), the Lustre client (the
+# module for the RUNNING kernel, and lustre-client-utils for mount.lustre), and boto3
+# for the controller's agents in its own virtualenv ($AWS_VENV), and the CloudWatch agent
+# $CLOUDWATCH_AGENT_VERSION (Amazon's signed release .deb; docs/logs.md).
 # Installing needs network access (Ubuntu archive, NVIDIA releases on GitHub, the FSx
-# client repository) and minutes per boot: bake an AMI by running this same step
-# (`gpu-cluster-boot --only packages`) at image build time; a baked node only verifies.
+# client repository) and minutes per boot: bake an image by running this same step
+# with GPU_CLUSTER_BAKE=1 (`python3 -m ops bake`, and the local lanes' roots): it then
+# checks the Lustre module for the image's own kernel, and gpu-cluster-bake records a
+# manifest. A node booting from a baked image (the manifest exists) only compares what
+# is installed with the manifest and the pins: no apt, no download (docs/images.md).
 # Every download is checked against its sha256 pin (DOWNLOAD_SHA256, from model/pins.py)
 # before it is used; a pin of `record` (no digest could be read when it was pinned) is
 # compared with this root's earlier record instead and recorded in DOWNLOAD_RECORD.
@@ -27,6 +33,9 @@ set -euo pipefail
 # Where the FSx client repository's entry and key go (tests point them at a temp dir).
 : "${APT_SOURCES_DIR:=/etc/apt/sources.list.d}"
 : "${APT_KEYRINGS_DIR:=/usr/share/keyrings}"
+# The image manifest and the program that writes and checks it (tests point them elsewhere).
+: "${IMAGE_MANIFEST:=/var/lib/gpu-cluster-image/manifest.json}"
+: "${BAKE_PROGRAM:=$GPU_CLUSTER_HOME/bin/gpu-cluster-bake}"
 
 APT=(apt-get -o DPkg::Lock::Timeout=600 -y)
 # The user data writes Slurm's files (e.g. /etc/slurm/plugstack.conf) before this step,
@@ -105,15 +114,15 @@ need_tools() {
 
 slurm() {
   local p v missing=()
-  for p in slurm-wlm slurmd slurmctld slurm-client libpmix-dev; do
+  for p in slurm-wlm slurmd slurmctld slurmdbd slurm-client libpmix-dev; do
     v=$(version_of "$p")
     [[ $p == libpmix-dev || $v == "$SLURM_SERIES".* ]] && [[ -n $v ]] || missing+=("$p")
   done
   if ((${#missing[@]})); then
     log "installing ${missing[*]} (Slurm $SLURM_SERIES from the OS archive)"
-    apt_install slurm-wlm slurmd slurmctld slurm-client libpmix-dev
+    apt_install slurm-wlm slurmd slurmctld slurmdbd slurm-client libpmix-dev
   fi
-  for p in slurmd slurmctld slurm-client; do
+  for p in slurmd slurmctld slurmdbd slurm-client; do
     v=$(version_of "$p")
     [[ $v == "$SLURM_SERIES".* ]] || die "$p is '${v:-not installed}', need Slurm $SLURM_SERIES (SLURM_SERIES, from the OS archive)"
   done
@@ -173,16 +182,26 @@ fsx_client_repo() {
   apt_update
 }
 
+# lustre_module_why KERNEL: nothing when the Lustre client module for KERNEL is in its
+# module tree and built for it (vermagic); else why not (gpu-cluster-bake lustre-module).
+lustre_module_why() {
+  local why
+  why=$("$BAKE_PROGRAM" lustre-module "$1" 2>&1 >/dev/null) && return 0
+  printf '%s\n' "${why#gpu-cluster-bake lustre-module: }"
+}
+
 lustre() {
-  local kernel pkg p missing=()
+  local kernel pkg p missing=() which="running kernel" why
   if [[ $GPU_CLUSTER_FSX == bind ]]; then
     skip "Lustre client (GPU_CLUSTER_FSX=bind: /fsx is a bind mount, not Lustre)"
     return 0
   fi
   need_tools modinfo=kmod
   kernel=$(uname -r)
+  # A bake checks the kernel the image boots, which need not be the one running the bake.
+  if [[ -n ${BAKE_KERNEL:-} ]]; then kernel=$BAKE_KERNEL which="image's kernel"; fi
   pkg="lustre-client-modules-$kernel"
-  if [[ -z $(version_of "$pkg") ]] && ! modinfo lustre >/dev/null 2>&1; then missing+=("$pkg"); fi
+  if [[ -z $(version_of "$pkg") && -n $(lustre_module_why "$kernel") ]]; then missing+=("$pkg"); fi
   # mount.lustre is in lustre-client-utils, only a Recommends of the module package:
   # with --no-install-recommends it must be named, or mounting /fsx fails [LUSTRE-DEB].
   command -v mount.lustre >/dev/null || missing+=(lustre-client-utils)
@@ -192,13 +211,86 @@ lustre() {
     # another kernel that needs a reboot.
     for p in "${missing[@]}"; do
       apt-cache policy "$p" | grep -q 'Candidate: [0-9]' ||
-        die "no $p for the running kernel $kernel in the FSx client repository: pin an AMI whose kernel has a Lustre client, or bake the client"
+        die "no $p for the $which $kernel in the FSx client repository: pin an AMI whose kernel has a Lustre client, or bake the client"
     done
     apt_install "${missing[@]}"
   fi
-  modinfo lustre >/dev/null 2>&1 || die "Lustre module not available for kernel $kernel"
+  why=$(lustre_module_why "$kernel")
+  [[ -z $why ]] || die "Lustre module not available for the $which $kernel: $why"
   command -v mount.lustre >/dev/null || die "mount.lustre not found (package lustre-client-utils): the /fsx mount would fail"
   log "Lustre client for $kernel ($(command -v mount.lustre))"
+}
+
+# aws_python: boto3 for the controller's agents (lib/aws_client.py), in its own virtualenv
+# at AWS_VENV: the OS's python3-boto3 decides nothing (Debian 12's 1.26 lacks
+# DescribeInstanceTopology), and the versions are the ones the tests check requests with.
+# pip checks every wheel against the hashes in AWS_REQUIREMENTS (--require-hashes), so
+# these downloads are pinned like the others. AWS_WHEELS (a local directory of those
+# wheels: the lanes' mirror, or a bake's copy) installs without an index.
+aws_python() {
+  local want have index=()
+  want=$(sha256sum <"$AWS_REQUIREMENTS") && want=${want%% *}
+  have=$(cat "$AWS_VENV/.requirements.sha256" 2>/dev/null || true)
+  if [[ $have != "$want" ]] || ! "$GPU_CLUSTER_AWS_PYTHON" -c 'import boto3' 2>/dev/null; then
+    log "installing boto3 into $AWS_VENV (pinned in $AWS_REQUIREMENTS)"
+    python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+    python3 -m venv --clear "$AWS_VENV" || die "python3 -m venv $AWS_VENV failed with status $?"
+    if [[ -n ${AWS_WHEELS:-} ]]; then index=(--no-index --find-links "$AWS_WHEELS"); fi
+    "$AWS_VENV/bin/pip" install --quiet --disable-pip-version-check --no-input --require-hashes --no-deps \
+      --only-binary=:all: "${index[@]}" -r "$AWS_REQUIREMENTS" ||
+      die "pip install -r $AWS_REQUIREMENTS into $AWS_VENV failed with status $? (a hash mismatch names the file; output above, in the boot log)"
+    printf '%s\n' "$want" >"$AWS_VENV/.requirements.sha256"
+  fi
+  have=$("$GPU_CLUSTER_AWS_PYTHON" -c 'import boto3, botocore; print(boto3.__version__, botocore.__version__)') ||
+    die "$GPU_CLUSTER_AWS_PYTHON cannot import boto3"
+  log "boto3/botocore $have in $AWS_VENV"
+}
+
+# cloudwatch_agent: the Amazon CloudWatch agent (step 25 configures and starts it;
+# docs/logs.md), in neither Ubuntu's nor Debian's archive: the pinned release .deb at
+# CLOUDWATCH_AGENT_URL (a versioned path), checked like every download (fetch_pinned) and
+# installed only when its detached signature (.sig beside it) verifies with Amazon's key,
+# which is itself accepted only with the fingerprint pinned in cluster.env [CW-AGENT-SIG]:
+# a swapped key file would otherwise vouch for a swapped package. On every image: a baked
+# image serves stacks with and without `logs`. CLOUDWATCH_SKIP=<reason>: not installed.
+cloudwatch_agent() {
+  local have dir
+  if [[ -n ${CLOUDWATCH_SKIP:-} ]]; then
+    skip "CloudWatch agent $CLOUDWATCH_AGENT_VERSION ($CLOUDWATCH_SKIP)"
+    return 0
+  fi
+  have=$(version_of amazon-cloudwatch-agent)
+  if [[ ${have%%-*} != "$CLOUDWATCH_AGENT_VERSION" ]]; then
+    need_tools gpg=gnupg
+    log "installing the CloudWatch agent $CLOUDWATCH_AGENT_VERSION (found '${have:-none}')"
+    dir=$(mktemp -d)
+    fetch_pinned "$CLOUDWATCH_AGENT_URL" "$dir/${CLOUDWATCH_AGENT_URL##*/}"
+    fetch "$CLOUDWATCH_AGENT_URL.sig" "$dir/agent.sig" || die "cannot download $CLOUDWATCH_AGENT_URL.sig"
+    fetch "$CLOUDWATCH_AGENT_KEY_URL" "$dir/agent-key.gpg" || die "cannot download $CLOUDWATCH_AGENT_KEY_URL"
+    verify_signature "$dir/agent-key.gpg" "$dir/agent.sig" "$dir/${CLOUDWATCH_AGENT_URL##*/}"
+    apt_install "$dir/${CLOUDWATCH_AGENT_URL##*/}"
+    rm -rf "$dir"
+    have=$(version_of amazon-cloudwatch-agent)
+  fi
+  [[ ${have%%-*} == "$CLOUDWATCH_AGENT_VERSION" ]] ||
+    die "amazon-cloudwatch-agent is '${have:-not installed}', need $CLOUDWATCH_AGENT_VERSION (CLOUDWATCH_AGENT_VERSION)"
+  log "CloudWatch agent $have (signature checked with key $CLOUDWATCH_AGENT_KEY_FINGERPRINT)"
+}
+
+# verify_signature KEYFILE SIG FILE: FILE carries a good signature by the key whose
+# fingerprint is CLOUDWATCH_AGENT_KEY_FINGERPRINT, checked in a keyring of its own (the
+# node's keyrings are neither read nor changed).
+verify_signature() {
+  local home status fprs
+  home=$(mktemp -d)
+  gpg --homedir "$home" --batch --quiet --import "$1" 2>/dev/null || die "cannot read the key file from $CLOUDWATCH_AGENT_KEY_URL"
+  fprs=$(gpg --homedir "$home" --batch --with-colons --fingerprint 2>/dev/null | awk -F: '$1 == "fpr" { print $10 }')
+  grep -qx "$CLOUDWATCH_AGENT_KEY_FINGERPRINT" <<<"$fprs" ||
+    die "the key from $CLOUDWATCH_AGENT_KEY_URL is ${fprs%%$'\n'*}, not the pinned $CLOUDWATCH_AGENT_KEY_FINGERPRINT: not installing the CloudWatch agent"
+  status=$(gpg --homedir "$home" --batch --status-fd 1 --verify "$2" "$3" 2>/dev/null || true)
+  rm -rf "$home"
+  grep -E '^\[GNUPG:\] VALIDSIG ' <<<"$status" | grep -qw "$CLOUDWATCH_AGENT_KEY_FINGERPRINT" ||
+    die "${3##*/} from $CLOUDWATCH_AGENT_URL has no good signature by $CLOUDWATCH_AGENT_KEY_FINGERPRINT ($2): not installing it"
 }
 
 # Packages a running cluster must keep as installed: the kernel (the Lustre module is
@@ -206,7 +298,8 @@ lustre() {
 # client, Slurm with PMIx, and munge (their maintainer scripts restart the daemons).
 HOLD_PATTERNS=('linux-image-*' 'linux-headers-*' 'linux-modules-*' 'linux-aws*' 'linux-generic*'
   'linux-virtual*' 'lustre-client-*' 'slurm*' 'libslurm*' 'libpmix*' 'munge' 'libmunge*')
-: "${NODE_TEMPLATES:=$GPU_CLUSTER_HOME/templates}"
+# Exported: a bake's gpu-cluster-bake record compares the drop-ins with these templates.
+export NODE_TEMPLATES=${NODE_TEMPLATES:-$GPU_CLUSTER_HOME/templates}
 # hold_and_quiet: hold those packages and install the needrestart and unattended-upgrades
 # drop-ins, so no upgrade restarts munge or Slurm or changes the kernel on a running cluster.
 hold_and_quiet() {
@@ -222,24 +315,79 @@ hold_and_quiet() {
   log "held ${held[*]}; needrestart leaves munge/Slurm running; unattended-upgrades skips kernel, Lustre, Slurm, munge"
 }
 
+# node_image MANIFEST_SHA256 KERNEL: what this node booted from, for its status marker
+# (gpu-cluster-boot reads image.env) and `ops status`'s drift columns.
+node_image() {
+  printf 'NODE_IMAGE_MANIFEST=%s\nNODE_KERNEL=%s\n' "$1" "$2" | atomic_write "$GPU_CLUSTER_STATE/image.env" 0644
+}
+
+# baked: this root is a baked image (its manifest exists): compare what is installed with
+# the manifest and this stack's pins, and move on. No apt, no download: a difference
+# fails the step, naming it (an image baked for other pins, a package changed since).
+baked() {
+  local out line digest=none kernel want
+  out=$("$BAKE_PROGRAM" verify 2>&1) || die "baked image ($IMAGE_MANIFEST): ${out#gpu-cluster-bake verify: }"
+  while IFS= read -r line; do
+    case $line in
+      NODE_IMAGE_MANIFEST=*) digest=${line#*=} ;;
+      NODE_KERNEL=*) kernel=${line#*=} ;;
+      '# '*) skip "${line#\# }" ;;
+    esac
+  done <<<"$out"
+  # boto3's virtualenv is part of the image: its pins must be the payload's (aws_python
+  # would otherwise download wheels at boot).
+  want=$(sha256sum <"$AWS_REQUIREMENTS") && want=${want%% *}
+  [[ $(cat "$AWS_VENV/.requirements.sha256" 2>/dev/null) == "$want" ]] ||
+    die "baked image: boto3 in $AWS_VENV was not installed from this $AWS_REQUIREMENTS (other pins): bake a new image (python3 -m ops bake) and pin it"
+  node_image "$digest" "$(uname -r)"
+  log "baked image: manifest sha256 $digest; Slurm, munge, PMIx, Enroot $ENROOT_VERSION, Pyxis $PYXIS_VERSION, kernel ${kernel:-?}, boto3, holds and drop-ins as baked; nothing downloaded"
+}
+
+# bake_kernel: in a bake (GPU_CLUSTER_BAKE=1), the kernel the image boots, for lustre().
+bake_kernel() {
+  BAKE_KERNEL=$("$BAKE_PROGRAM" kernel) || die "cannot tell the image's kernel (gpu-cluster-bake kernel)"
+  if [[ -z $BAKE_KERNEL && $GPU_CLUSTER_FSX == lustre ]]; then
+    die "the image has no kernel of its own (/boot/vmlinuz-*): cannot bake a Lustre client for it"
+  fi
+  log "baking an image: kernel ${BAKE_KERNEL:-none (GPU_CLUSTER_FSX=$GPU_CLUSTER_FSX)}"
+}
+
 main() {
-  need_tools curl=curl openssl=openssl sha256sum=coreutils awk=mawk
+  local out
   case $GPU_CLUSTER_FSX in lustre | bind) ;; *) die "GPU_CLUSTER_FSX must be lustre or bind, not '$GPU_CLUSTER_FSX'" ;; esac
   if [[ $GPU_CLUSTER_PACKAGES == preinstalled ]]; then
-    need_bins slurmd slurmctld srun sinfo scontrol sbatch munged mungekey munge unmunge
+    need_bins slurmd slurmctld srun sinfo scontrol sbatch sacctmgr munged mungekey munge unmunge
+    if [[ ${ACCOUNTING_ENABLED:-0} == 1 ]]; then need_bins slurmdbd; fi
     log "preinstalled: Slurm $(slurmd -V 2>/dev/null || echo '?') and munge binaries present"
     skip "Enroot $ENROOT_VERSION check (GPU_CLUSTER_PACKAGES=preinstalled)"
     skip "Pyxis $PYXIS_VERSION check (GPU_CLUSTER_PACKAGES=preinstalled)"
     skip "Lustre client check (GPU_CLUSTER_PACKAGES=preinstalled)"
+    skip "boto3 for the controller's agents (GPU_CLUSTER_PACKAGES=preinstalled)"
+    skip "CloudWatch agent $CLOUDWATCH_AGENT_VERSION (GPU_CLUSTER_PACKAGES=preinstalled)"
+    node_image none "$(uname -r)"
     return 0
   fi
+  if [[ ${GPU_CLUSTER_BAKE:-0} != 1 && -e $IMAGE_MANIFEST ]]; then
+    baked
+    return 0
+  fi
+  need_tools curl=curl openssl=openssl sha256sum=coreutils awk=mawk
   need_tools apt-get=apt apt-cache=apt apt-mark=apt dpkg=dpkg dpkg-query=dpkg tar=tar
+  [[ ${GPU_CLUSTER_BAKE:-0} != 1 ]] || bake_kernel
   slurm
   munge_pkg
   enroot
   pyxis
   lustre
+  aws_python
+  cloudwatch_agent
   hold_and_quiet
+  if [[ ${GPU_CLUSTER_BAKE:-0} == 1 ]]; then
+    out=$("$BAKE_PROGRAM" record 2>&1) || die "bake: ${out#gpu-cluster-bake record: }"
+    log "$out"
+  else
+    node_image none "$(uname -r)"
+  fi
 }
 
 # Sourcing this file (tests) defines the functions without running the step.

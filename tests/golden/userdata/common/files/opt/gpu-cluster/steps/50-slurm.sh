@@ -7,7 +7,7 @@
 # the controller starts slurmctld; every node starts a dynamic slurmd
 # (`slurmd -Z --conf "NodeAddr=<this IPv4> ..."`, no slurm.conf edit for a replacement)
 # and the step waits until slurmctld lists this node at that address, then runs a real
-# two-task PMIx step on it (lib/check-pmix.sh). When a replaced
+# two-task PMIx step on it when it is free (lib/node-pmix.sh). When a replaced
 # controller publishes a new address, the munge responder re-runs this step on workers.
 # Prerequisites: steps 10, 20, 30, 40 (munge Success).
 set -euo pipefail
@@ -19,6 +19,12 @@ set -euo pipefail
 . "$GPU_CLUSTER_HOME/lib/block-end.sh"
 # shellcheck source=lib/join-gate.sh
 . "$GPU_CLUSTER_HOME/lib/join-gate.sh"
+# shellcheck source=lib/topology.sh
+. "$GPU_CLUSTER_HOME/lib/topology.sh"
+# shellcheck source=lib/accounting.sh
+. "$GPU_CLUSTER_HOME/lib/accounting.sh"
+# shellcheck source=lib/node-pmix.sh
+. "$GPU_CLUSTER_HOME/lib/node-pmix.sh"
 
 shopt -s lastpipe # install_if_changed runs at the end of pipes and sets CHANGED
 CHANGED=0
@@ -65,23 +71,6 @@ registered() {
   [[ $since =~ ^[0-9]{4}- ]] && (($(date -d "$since" +%s) >= STARTED_AT - 2))
 }
 
-# pmix_check: a real two-task PMIx step on this node (lib/check-pmix.sh: `srun --mpi=list`
-# would only list plugin files). A drained node takes no job step, so it is left to the
-# validation gate, which runs the same step inside its allocation.
-pmix_check() {
-  local said
-  if scontrol show node "$NODE_NAME" | grep -q 'State=[^ ]*DRAIN'; then
-    skip "PMIx run check ($NODE_NAME is drained; the validation gate runs it)"
-    return 0
-  fi
-  said=$("$GPU_CLUSTER_HOME/lib/check-pmix.sh" -N1 -w "$NODE_NAME" --immediate=60) && {
-    log "PMIx: a two-task srun --mpi=pmix step ran on $NODE_NAME"
-    return 0
-  }
-  if [[ $GPU_CLUSTER_PACKAGES == preinstalled ]]; then skip "PMIx run check ($said)"; return 0; fi
-  die "$said"
-}
-
 publish_controller() {
   printf "CONTROLLER_HOST='%s'\nCONTROLLER_ADDR='%s'\n" "$NODE_NAME" "$NODE_ADDR" |
     atomic_write "$FSX_ROOT/controller.env" 0600
@@ -93,6 +82,7 @@ publish_controller() {
 # and the hand-off's node count (step 95) is the GPU nodes alone.
 dedicated_controller() {
   svc_reload
+  accounting_start
   if svc_older_than slurmctld /etc/slurm/slurm.conf; then CHANGED=1; fi
   if ((CHANGED)); then svc restart slurmctld; else svc start slurmctld; fi
   wait_ctld 120 "slurmctld on this node to answer (scontrol ping)"
@@ -102,8 +92,18 @@ dedicated_controller() {
   log "$NODE_NAME runs slurmctld at $NODE_ADDR (dedicated controller)"
 }
 
+# A login node (role login): the Slurm client with this cluster's slurm.conf, munge, no
+# slurmd (it takes no jobs) and no slurmctld; people submit from here.
+login_node() {
+  wait_ctld "$CONTROLLER_WAIT" "slurmctld on $CONTROLLER_HOST ($CONTROLLER_ADDR) to answer (scontrol ping)"
+  if svc active slurmd; then svc stop slurmd; fi
+  skip "slurmd (login node: takes no jobs)"
+  mv -f "$GPU_CLUSTER_STATE/controller.env.using" "$GPU_CLUSTER_STATE/controller.env"
+  log "$NODE_NAME is a login node of $CONTROLLER_HOST (sbatch, srun, squeue, sacct)"
+}
+
 main() {
-  local max line state
+  local max line state changed
   load_identity
   block_end_publish # FSX_ROOT/blocks/<block>.end: the controller reserves the block's end
   if is_controller; then publish_controller; else
@@ -122,10 +122,22 @@ main() {
   sed -e "s|@NODE_ADDR@|$NODE_ADDR|g" -e "s|@NODE_BLOCK@|$NODE_BLOCK|g" \
     -e "s|^\(SLURMD_NODE_CONF=\".*\)\"\$|\1$state\"|" "$SLURMD_DEFAULT_TEMPLATE" |
     install_if_changed /etc/default/slurmd 0644
+  # TopologyPlugin=topology/tree: slurmctld and slurmd stop at start without topology.conf
+  # (the controller's latest, or no switch at all until its first refresh: lib/topology.sh).
+  # A newer copy alone restarts nothing: the controller's `scontrol reconfigure` re-reads it.
+  if topology_enabled; then
+    changed=$CHANGED
+    topology_install | install_if_changed "$TOPOLOGY_CONF" 0644
+    CHANGED=$changed
+  fi
   if grep -q '@[A-Z_]*@' /etc/slurm/slurm.conf /etc/default/slurmd; then
     die "unfilled placeholder left in /etc/slurm/slurm.conf or /etc/default/slurmd"
   fi
   mkdir -p /var/spool/slurmd /var/log/slurm "$FSX_ROOT/slurmctld"
+  if is_login; then
+    login_node
+    return 0
+  fi
   if ! runs_slurmd; then
     dedicated_controller
     return 0
@@ -137,6 +149,7 @@ main() {
   if svc_older_than slurmd /etc/slurm/slurm.conf /etc/default/slurmd ||
     { is_controller && svc_older_than slurmctld /etc/slurm/slurm.conf; }; then CHANGED=1; fi
   if is_controller; then
+    accounting_start
     if ((CHANGED)); then svc restart slurmctld; else svc start slurmctld; fi
     wait_ctld 120 "slurmctld on this node to answer (scontrol ping)"
   else

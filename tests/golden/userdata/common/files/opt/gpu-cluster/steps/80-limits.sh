@@ -37,7 +37,7 @@ main() {
   local got
   load_identity
   # memlock and RemoveIPC are for jobs (EFA buffers, MPI shared memory) under slurmd.
-  if ! runs_slurmd; then skip "job limits (dedicated controller: no slurmd, runs no jobs)"; return 0; fi
+  if ! runs_slurmd; then skip "job limits ($NODE_ROLE without slurmd: runs no jobs)"; return 0; fi
   grep -Eq '^\*[[:space:]]+hard[[:space:]]+memlock[[:space:]]+unlimited' "$LIMITS_FILE" ||
     die "$LIMITS_FILE does not set the hard memlock limit to unlimited"
   got=$(slurmd_memlock)

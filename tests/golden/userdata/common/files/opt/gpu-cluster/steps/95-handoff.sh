@@ -11,6 +11,10 @@ set -euo pipefail
 . "${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/lib/common.sh"
 # shellcheck source=lib/join-gate.sh
 . "$GPU_CLUSTER_HOME/lib/join-gate.sh"
+# shellcheck source=lib/boot-failures.sh
+. "$GPU_CLUSTER_HOME/lib/boot-failures.sh"
+# shellcheck source=lib/topology.sh
+. "$GPU_CLUSTER_HOME/lib/topology.sh"
 
 idle_nodes() { sinfo -h -p "$SLURM_PARTITION" -t idle -o '%D' 2>/dev/null | awk '{ n += $1 } END { print n + 0 }'; }
 enough_idle() { (($(idle_nodes) >= GPU_CLUSTER_NODES)); }
@@ -33,6 +37,9 @@ main() {
   # Opened before the count: a node that registers later is drained and gated on its
   # own instead of missing both gates.
   join_gate_open
+  # Every idle node in topology.conf first: Slurm refuses a job that needs more nodes than
+  # its switches reach (lib/topology.sh); the agent loop may not have refreshed yet.
+  topology_current
   # Same submission as `gpu-cluster-validation run`: the job spans every idle node.
   job=$(cd "$FSX_ROOT/validation" && sbatch --parsable -N "$(idle_nodes)" "$VALIDATION_JOB") ||
     die "sbatch $VALIDATION_JOB failed"

@@ -1,0 +1,84 @@
+"""Step 50's PMIx run check (nodeside/lib/node-pmix.sh) by the node's Slurm state, with a
+fake `scontrol` and a fake lib/check-pmix.sh (which records that the step was tried).
+
+The case that matters: after a controller replacement the munge responder re-runs step
+50 on every worker, and workers run jobs then. A check step cannot start on a busy node
+within --immediate; failing step 50 for it kept the boot lock through its retries (so
+the node never recorded the new controller) and would have had the node drained."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from userdata import layout
+from userdata.render import boot_files
+
+CHECK = """#!/bin/bash
+echo "$*" >>"$CALLS"
+exit "$(cat "$CHECK_RC" 2>/dev/null || echo 0)"
+"""
+
+
+def run_check(tmp_path: Path, state: str, check_rc: int = 0) -> tuple[subprocess.CompletedProcess, list[str], str]:
+    files = boot_files()
+    (tmp_path / "lib").mkdir(exist_ok=True)
+    for name in ("common.sh", "node-pmix.sh"):
+        (tmp_path / name).write_text(files[f"{layout.LIB}/{name}"])
+    (tmp_path / "lib" / "check-pmix.sh").write_text(CHECK)
+    (tmp_path / "lib" / "check-pmix.sh").chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text('#!/bin/sh\ncat "$NODE_INFO"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    (tmp_path / "node").write_text(
+        f"NodeName=n1 Arch=x86_64 CoresPerSocket=2\n   State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
+    )
+    (tmp_path / "rc").write_text(str(check_rc))
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "GPU_CLUSTER_HOME": str(tmp_path),
+        "GPU_CLUSTER_STATE": str(tmp_path),
+        "GPU_CLUSTER_RUN": str(tmp_path),
+        "GPU_CLUSTER_PACKAGES": "install",
+        "GC_STEP": "50-slurm",
+        "GC_NOTES_FILE": str(tmp_path / "notes"),
+        "NODE_NAME": "n1",
+        "NODE_INFO": str(tmp_path / "node"),
+        "CALLS": str(tmp_path / "calls"),
+        "CHECK_RC": str(tmp_path / "rc"),
+    }
+    r = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; . {tmp_path}/common.sh; . {tmp_path}/node-pmix.sh; pmix_check"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    notes = (tmp_path / "notes").read_text() if (tmp_path / "notes").exists() else ""
+    return r, calls, notes
+
+
+@pytest.mark.parametrize("state", ["ALLOCATED", "MIXED", "IDLE+COMPLETING", "ALLOCATED+DYNAMIC_NORM", "MIXED+PLANNED"])
+def test_a_node_that_runs_jobs_skips_the_check_and_says_so(tmp_path, state):
+    r, calls, notes = run_check(tmp_path, state, check_rc=1)
+    assert (r.returncode, calls) == (0, []), r.stdout + r.stderr
+    assert f"n1 runs jobs, State={state}: no room for the check's step; the validation gate runs it" in r.stdout
+    assert notes.startswith("50-slurm: skipped: PMIx run check (n1 runs jobs")
+
+
+def test_a_drained_node_skips_the_check(tmp_path):
+    r, calls, notes = run_check(tmp_path, "IDLE+DRAIN+DYNAMIC_NORM", check_rc=1)
+    assert (r.returncode, calls) == (0, []), r.stdout + r.stderr
+    assert "n1 is drained; the validation gate runs it" in notes
+
+
+@pytest.mark.parametrize("state", ["IDLE", "IDLE+DYNAMIC_NORM", "IDLE+PLANNED"])
+def test_a_free_node_runs_the_check_and_its_failure_fails_the_step(tmp_path, state):
+    r, calls, _ = run_check(tmp_path, state)
+    assert (r.returncode, calls) == (0, ["-N1 -w n1 --immediate=60"]), r.stdout + r.stderr
+    assert "PMIx: a two-task srun --mpi=pmix step ran on n1" in r.stdout
+    r, calls, _ = run_check(tmp_path, state, check_rc=1)
+    assert r.returncode == 1 and len(calls) == 2, r.stdout + r.stderr
