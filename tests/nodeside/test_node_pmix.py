@@ -19,11 +19,15 @@ from userdata.render import boot_files
 
 CHECK = """#!/bin/bash
 echo "$*" >>"$CALLS"
+if [[ -s $STATE_AFTER ]]; then sed -i "s/State=[^ ]*/State=$(cat "$STATE_AFTER")/" "$NODE_INFO"; fi
+echo "srun: error: Unable to allocate resources: Requested nodes are busy"
 exit "$(cat "$CHECK_RC" 2>/dev/null || echo 0)"
 """
 
 
-def run_check(tmp_path: Path, state: str, check_rc: int = 0) -> tuple[subprocess.CompletedProcess, list[str], str]:
+def run_check(
+    tmp_path: Path, state: str, check_rc: int = 0, state_after: str = ""
+) -> tuple[subprocess.CompletedProcess, list[str], str]:
     files = boot_files()
     (tmp_path / "lib").mkdir(exist_ok=True)
     for name in ("common.sh", "node-pmix.sh"):
@@ -38,6 +42,7 @@ def run_check(tmp_path: Path, state: str, check_rc: int = 0) -> tuple[subprocess
         f"NodeName=n1 Arch=x86_64 CoresPerSocket=2\n   State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
     )
     (tmp_path / "rc").write_text(str(check_rc))
+    (tmp_path / "state_after").write_text(state_after)
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -51,6 +56,7 @@ def run_check(tmp_path: Path, state: str, check_rc: int = 0) -> tuple[subprocess
         "NODE_INFO": str(tmp_path / "node"),
         "CALLS": str(tmp_path / "calls"),
         "CHECK_RC": str(tmp_path / "rc"),
+        "STATE_AFTER": str(tmp_path / "state_after"),
     }
     r = subprocess.run(
         ["bash", "-c", f"set -euo pipefail; . {tmp_path}/common.sh; . {tmp_path}/node-pmix.sh; pmix_check"],
@@ -82,3 +88,20 @@ def test_a_free_node_runs_the_check_and_its_failure_fails_the_step(tmp_path, sta
     assert "PMIx: a two-task srun --mpi=pmix step ran on n1" in r.stdout
     r, calls, _ = run_check(tmp_path, state, check_rc=1)
     assert r.returncode == 1 and len(calls) == 2, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("after", ["ALLOCATED", "MIXED+PLANNED", "IDLE+COMPLETING", "IDLE+DRAIN"])
+def test_a_node_the_gate_takes_while_the_check_waits_skips_it(tmp_path, after):
+    # The CI lane's doubled step 50: the worker registered (idle), the controller's step 95
+    # submitted the gate across both idle nodes, and the worker's check then ran out of
+    # --immediate while the gate held it; the step failed and was retried.
+    r, calls, notes = run_check(tmp_path, "IDLE", check_rc=1, state_after=after)
+    assert (r.returncode, len(calls)) == (0, 1), r.stdout + r.stderr
+    assert notes.startswith(f"50-slurm: skipped: PMIx run check (n1 was taken while the check waited, State={after};")
+    assert "srun said: srun: error: Unable to allocate resources: Requested nodes are busy" in notes
+
+
+def test_a_check_that_fails_on_a_node_still_free_fails_the_step(tmp_path):
+    r, calls, notes = run_check(tmp_path, "IDLE", check_rc=1, state_after="IDLE+PLANNED")
+    assert (r.returncode, len(calls)) == (1, 1), r.stdout + r.stderr
+    assert "Requested nodes are busy" in r.stdout + r.stderr and notes == ""

@@ -31,6 +31,15 @@ pmix_check() {
     log "PMIx: a two-task srun --mpi=pmix step ran on $NODE_NAME"
     return 0
   }
+  # The node was free when asked, but registering made it idle, and the controller's
+  # step 95 submits the validation gate across every idle node at that moment: the gate
+  # can take this node while the check waits for it (--immediate runs out with the gate
+  # still running). A node a job holds, or drained since, is the gate's to check.
+  state=$(scontrol show node "$NODE_NAME" | grep -o 'State=[^ ]*' | head -n 1 | cut -d= -f2)
+  if [[ $state == *DRAIN* ]] || pmix_busy_state "$state"; then
+    skip "PMIx run check ($NODE_NAME was taken while the check waited, State=$state; the validation gate runs it; srun said: $said)"
+    return 0
+  fi
   if [[ $GPU_CLUSTER_PACKAGES == preinstalled ]]; then skip "PMIx run check ($said)"; return 0; fi
   die "$said"
 }
