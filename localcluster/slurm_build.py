@@ -61,6 +61,7 @@ from pathlib import Path
 from localcluster import apt_repo as apt_repo_mod
 from localcluster import mirror as mirror_mod
 from model import pins
+from model.archive import extract_all
 
 CACHE_ROOT = mirror_mod.CACHE_ROOT
 SOURCE_SHA256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
@@ -225,7 +226,7 @@ def build_stage(vendor: Path | None = None) -> Path:
         if build is not None:
             tmp, log = build
             with tarfile.open(source) as tar:
-                tar.extractall(tmp / "src", filter="data")
+                extract_all(tar, tmp / "src")
             (src,) = list((tmp / "src").iterdir())
             compile_and_install(src, tmp / "stage", trip, log)
             shutil.rmtree(tmp / "src")

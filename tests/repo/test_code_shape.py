@@ -90,3 +90,25 @@ def test_no_model_file_over_400_lines():
         if (n := len(p.read_text().splitlines())) > MAX_MODEL_FILE_LINES
     ]
     assert not offenders, f"model/ files over {MAX_MODEL_FILE_LINES} lines:\n  " + "\n  ".join(offenders)
+
+
+def direct_extractions(path: Path, root: Path = ROOT) -> list[str]:
+    """`path:line` for each `<x>.extractall(...)` call in `path`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute))
+    return [f"{path.relative_to(root)}:{n.lineno}" for n in calls if n.func.attr == "extractall"]  # type: ignore[attr-defined]
+
+
+def test_the_extraction_probe_finds_a_direct_call(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import tarfile\n\nwith tarfile.open('a') as t:\n    t.extractall('d', filter='data')\n")
+    assert direct_extractions(probe, root=tmp_path) == ["probe.py:4"]
+
+
+def test_every_tar_extraction_goes_through_model_archive():
+    # Debian 12's python3 (3.11.2) has no extractall(filter=...): a direct call with it
+    # broke the lanes' Slurm build on a machine whose venv came from that interpreter.
+    offenders = [
+        line for path in _source_files() if path != ROOT / "model" / "archive.py" for line in direct_extractions(path)
+    ]
+    assert not offenders, "extract tar archives with model.archive.extract_all:\n  " + "\n  ".join(offenders)
