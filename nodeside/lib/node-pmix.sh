@@ -9,11 +9,27 @@
 # boot lock keeps the node from following, then mark it failed (and the controller would
 # drain it, lib/boot-failures.sh) for running jobs. Skipped nodes are left to the
 # validation gate, which runs the same step inside its allocation.
-# Prerequisites: common.sh; Slurm clients (scontrol, srun) talking to this cluster's slurmctld.
+# With a topology (slurm.topology: tree) Slurm refuses any job that needs a node no switch
+# reaches ("Requested node configuration is not available"), and a node that just
+# registered is under no switch until the controller's agent refreshes topology.conf
+# (lib/topology.sh, within its tick): the check waits for that, bounded by
+# PMIX_TOPOLOGY_WAIT, and leaves the check to the gate when the refresh is later still.
+# Prerequisites: common.sh; topology.sh (topology_enabled); Slurm clients (scontrol, srun)
+# talking to this cluster's slurmctld.
 
 # pmix_busy_state STATE: STATE (scontrol's State=, e.g. MIXED+DRAIN) says the node holds jobs.
 pmix_busy_state() {
   [[ $1 =~ (^|\+)(ALLOCATED|MIXED|COMPLETING)(\+|$) ]]
+}
+
+# pmix_placed: this node is under a switch, or the topology has no switch at all (Slurm
+# then places jobs as if none were loaded). `scontrol show topology NODE` prints the
+# switches above NODE (nothing, and an error line, when there is none).
+pmix_placed() {
+  local out
+  out=$(scontrol show topology 2>/dev/null) || return 1
+  grep -q 'SwitchName=' <<<"$out" || return 0
+  scontrol show topology "$NODE_NAME" 2>/dev/null | grep -q 'SwitchName='
 }
 
 pmix_check() {
@@ -25,6 +41,10 @@ pmix_check() {
   fi
   if pmix_busy_state "$state"; then
     skip "PMIx run check ($NODE_NAME runs jobs, State=$state: no room for the check's step; the validation gate runs it)"
+    return 0
+  fi
+  if topology_enabled && ! wait_until "${PMIX_TOPOLOGY_WAIT:-240}" "$NODE_NAME under a switch in Slurm's topology (the controller's agent refreshes it)" pmix_placed; then
+    skip "PMIx run check ($NODE_NAME is under no switch in Slurm's topology after ${PMIX_TOPOLOGY_WAIT:-240}s, so Slurm refuses a job on it; the validation gate runs it once the controller places the node)"
     return 0
   fi
   said=$("$GPU_CLUSTER_HOME/lib/check-pmix.sh" -N1 -w "$NODE_NAME" --immediate=60) && {

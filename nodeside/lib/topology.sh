@@ -15,7 +15,8 @@
 #   A failure is said once per kind (not at every tick) and leaves the topology as it was.
 # Prerequisites: common.sh (log, warn, install -m); boot-failures.sh (BOOT_FAILED_PREFIX)
 # for topology_current and the tick (step 95 and the agent loop source it first; step 50
-# uses topology_install only); Slurm clients; FSX_ROOT mounted.
+# uses topology_install, and topology_enabled for its PMIx check); Slurm clients; FSX_ROOT
+# mounted.
 
 TOPOLOGY_CONF=${TOPOLOGY_CONF:-/etc/slurm/topology.conf}
 TOPOLOGY_TEMPLATE=${TOPOLOGY_TEMPLATE:-${GPU_CLUSTER_HOME:-/opt/gpu-cluster}/templates/topology.conf}

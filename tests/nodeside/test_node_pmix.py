@@ -24,25 +24,47 @@ echo "srun: error: Unable to allocate resources: Requested nodes are busy"
 exit "$(cat "$CHECK_RC" 2>/dev/null || echo 0)"
 """
 
+# `scontrol show topology [NODE]` as Slurm's tree plugin answers it: every switch, or the
+# switches above NODE (none, and an error line, for a node under no switch). NODE is
+# placed once it has been asked about PLACED_AFTER times (the agent's refresh).
+SCONTROL = """#!/bin/bash
+if [[ $1 == show && $2 == topology ]]; then
+  if [[ -z ${3:-} ]]; then cat "$TOPO_ALL"; exit 0; fi
+  echo "$3" >>"$TOPO_ASKED"
+  if (( $(wc -l <"$TOPO_ASKED") > ${PLACED_AFTER:-0} )); then grep "$3" "$TOPO_ALL"; exit 0; fi
+  echo "scontrol: error: Topology information contains no switch or node named $3" >&2
+  exit 0
+fi
+cat "$NODE_INFO"
+"""
+SWITCHES = "SwitchName=nn-leaf1 Level=0 LinkSpeed=1 Nodes=n1\nSwitchName=nn-top Level=1 LinkSpeed=1 Switches=nn-leaf1\n"
+TREE = {"TOPOLOGY_PLUGIN": "topology/tree"}
+
 
 def run_check(
-    tmp_path: Path, state: str, check_rc: int = 0, state_after: str = ""
+    tmp_path: Path,
+    state: str,
+    check_rc: int = 0,
+    state_after: str = "",
+    topology: dict[str, str] | None = None,
+    switches: str = SWITCHES,
 ) -> tuple[subprocess.CompletedProcess, list[str], str]:
     files = boot_files()
     (tmp_path / "lib").mkdir(exist_ok=True)
-    for name in ("common.sh", "node-pmix.sh"):
+    for name in ("common.sh", "topology.sh", "node-pmix.sh"):
         (tmp_path / name).write_text(files[f"{layout.LIB}/{name}"])
     (tmp_path / "lib" / "check-pmix.sh").write_text(CHECK)
     (tmp_path / "lib" / "check-pmix.sh").chmod(0o755)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "scontrol").write_text('#!/bin/sh\ncat "$NODE_INFO"\n')
+    (bin_dir / "scontrol").write_text(SCONTROL)
     (bin_dir / "scontrol").chmod(0o755)
     (tmp_path / "node").write_text(
         f"NodeName=n1 Arch=x86_64 CoresPerSocket=2\n   State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
     )
     (tmp_path / "rc").write_text(str(check_rc))
     (tmp_path / "state_after").write_text(state_after)
+    (tmp_path / "topology").write_text(switches)
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -57,9 +79,14 @@ def run_check(
         "CALLS": str(tmp_path / "calls"),
         "CHECK_RC": str(tmp_path / "rc"),
         "STATE_AFTER": str(tmp_path / "state_after"),
+        "TOPO_ALL": str(tmp_path / "topology"),
+        "TOPO_ASKED": str(tmp_path / "topology_asked"),
+        "GC_WAIT_FIRST": "0.01",
+        "GC_WAIT_INTERVAL": "0.01",
+        **(topology or {}),
     }
     r = subprocess.run(
-        ["bash", "-c", f"set -euo pipefail; . {tmp_path}/common.sh; . {tmp_path}/node-pmix.sh; pmix_check"],
+        ["bash", "-c", f"set -euo pipefail; . {tmp_path}/common.sh; . {tmp_path}/topology.sh; . {tmp_path}/node-pmix.sh; pmix_check"],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
@@ -105,3 +132,29 @@ def test_a_check_that_fails_on_a_node_still_free_fails_the_step(tmp_path):
     r, calls, notes = run_check(tmp_path, "IDLE", check_rc=1, state_after="IDLE+PLANNED")
     assert (r.returncode, len(calls)) == (1, 1), r.stdout + r.stderr
     assert "Requested nodes are busy" in r.stdout + r.stderr and notes == ""
+
+
+def test_with_a_topology_the_check_waits_until_the_controller_places_the_node(tmp_path):
+    # The CI lane's doubled step 50, second cause: a node that just registered is under no
+    # switch, and Slurm refused the check's step ("Requested node configuration is not
+    # available") until the controller's agent refreshed topology.conf.
+    r, calls, notes = run_check(tmp_path, "IDLE", topology={**TREE, "PLACED_AFTER": "3"})
+    assert (r.returncode, calls, notes) == (0, ["-N1 -w n1 --immediate=60"], ""), r.stdout + r.stderr
+    assert (tmp_path / "topology_asked").read_text().splitlines() == ["n1"] * 4
+    assert "done waiting after" in r.stdout and "n1 under a switch in Slurm's topology" in r.stdout
+
+
+def test_a_node_still_unplaced_at_the_bound_leaves_the_check_to_the_gate(tmp_path):
+    r, calls, notes = run_check(
+        tmp_path, "IDLE", check_rc=1, topology={**TREE, "PLACED_AFTER": "1000", "PMIX_TOPOLOGY_WAIT": "0"}
+    )
+    assert (r.returncode, calls) == (0, []), r.stdout + r.stderr
+    assert notes.startswith("50-slurm: skipped: PMIx run check (n1 is under no switch in Slurm's topology after 0s")
+
+
+def test_a_topology_without_switches_places_every_node(tmp_path):
+    # The template's topology.conf before the controller's first refresh: no switch, and
+    # Slurm places jobs as if no topology were loaded.
+    r, calls, _ = run_check(tmp_path, "IDLE", topology={**TREE, "PLACED_AFTER": "1000"}, switches="")
+    assert (r.returncode, calls) == (0, ["-N1 -w n1 --immediate=60"]), r.stdout + r.stderr
+    assert not (tmp_path / "topology_asked").exists()

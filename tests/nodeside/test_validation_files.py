@@ -570,6 +570,14 @@ def test_gate_gpu_path_finds_and_drains_the_bad_node(tmp_path):
     assert "nodename=n1" not in calls and "nodename=n2" not in calls
 
 
+def test_gate_names_the_job_nodes_by_name_whatever_slurm_order(tmp_path):
+    # Slurm lists dynamic nodes in registration order (the faithful lane saw
+    # ip-...-12,ip-...-11): the report names them in one order every run.
+    proc, report = run_fake_gpu_gate(tmp_path, ["n10", "n2", "n1"])
+    assert report["nodes"] == ["n1", "n2", "n10"], proc.stdout + proc.stderr
+    assert [("+".join(r["nodes"])) for r in report["steps"][:2]] == ["n1+n2+n10"] * 2
+
+
 # --- settings: what gate.sh and the CLI read from config.json --------------------------
 
 

@@ -261,7 +261,10 @@ finish() {
 main() {
   local nodes
   mkdir -p "$LOGS"
-  nodes=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" | paste -sd, -)
+  # By name: Slurm lists a job's nodes in its node-table order, and dynamic nodes enter
+  # that table as they register (seen: ip-...-12,ip-...-11), so a report would name the
+  # same nodes in a different order from one run to the next.
+  nodes=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" | sort -V | paste -sd, -)
   report start --nodes "$nodes" --job-id "${SLURM_JOB_ID:-}" ${NEWCOMERS:+--newcomers "$NEWCOMERS" --partner "$PARTNER"}
   trap finish EXIT
   log "run $RUN_ID on $nodes"
