@@ -24,7 +24,7 @@ echo "srun: error: Unable to allocate resources: Requested nodes are busy"
 exit "$(cat "$CHECK_RC" 2>/dev/null || echo 0)"
 """
 
-# `scontrol show topology [NODE]` as Slurm's tree plugin answers it: every switch, or the
+# `scontrol show topology` (with or without a node) as Slurm's tree plugin answers it: every switch, or the
 # switches above NODE (none, and an error line, for a node under no switch). NODE is
 # placed once it has been asked about PLACED_AFTER times (the agent's refresh).
 SCONTROL = """#!/bin/bash
