@@ -368,6 +368,33 @@ class SlurmTestCluster:
                     proc.kill()
                     proc.wait(timeout=5)
         self.procs.clear()
+        kill_leftover_steps(self.layout.spool)
+
+
+def kill_leftover_steps(spool: Path) -> list[int]:
+    """Kill the slurmstepd processes of jobs this cluster's slurmd ran; return their pids.
+
+    slurmd leaves its steps running when it stops (so that a restart keeps jobs), and a
+    test that ended with a batch job still running left one `slurmstepd: [<job>.batch]`
+    on the host per run. Each step's socket in the spool dir (`<node>_<job>.<step>`)
+    names the job, so only this cluster's steps are touched."""
+    jobs = {p.name.rsplit("_", 1)[-1].split(".")[0] for p in spool.glob("*_*.*") if p.is_socket()}
+    killed = []
+    for proc in Path("/proc").iterdir() if jobs else ():
+        if not proc.name.isdigit():
+            continue
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        m = re.match(r"slurmstepd: \[(\d+)\.", title)
+        if m and m.group(1) in jobs:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+            except ProcessLookupError:
+                pass
+    return killed
 
 
 def start_host_cluster(layout: SlurmLayout, name: str, conf_edit=None, sysroot: Path | None = None) -> SlurmTestCluster:
