@@ -17,7 +17,12 @@ set -euo pipefail
 . "$GPU_CLUSTER_HOME/lib/topology.sh"
 
 idle_nodes() { sinfo -h -p "$SLURM_PARTITION" -t idle -o '%D' 2>/dev/null | awk '{ n += $1 } END { print n + 0 }'; }
-enough_idle() { (($(idle_nodes) >= GPU_CLUSTER_NODES)); }
+# IDLE_SEEN: how many were idle when the wait passed. The job asks for that many, not for a
+# recount: a worker's own PMIx check step (step 50) can hold its node for a second right
+# then, and a recount sent the gate out on fewer nodes (seen: a one-node gate whose
+# two-task PMIx step could not fit). Asked for, a briefly busy node only delays the start.
+IDLE_SEEN=0
+enough_idle() { IDLE_SEEN=$(idle_nodes); ((IDLE_SEEN >= GPU_CLUSTER_NODES)); }
 
 main() {
   local job record="$FSX_ROOT/validation/first-boot.jobid"
@@ -40,8 +45,8 @@ main() {
   # Every idle node in topology.conf first: Slurm refuses a job that needs more nodes than
   # its switches reach (lib/topology.sh); the agent loop may not have refreshed yet.
   topology_current
-  # Same submission as `gpu-cluster-validation run`: the job spans every idle node.
-  job=$(cd "$FSX_ROOT/validation" && sbatch --parsable -N "$(idle_nodes)" "$VALIDATION_JOB") ||
+  # Same submission as `gpu-cluster-validation run`: the job spans the nodes idle at the wait.
+  job=$(cd "$FSX_ROOT/validation" && sbatch --parsable -N "$IDLE_SEEN" "$VALIDATION_JOB") ||
     die "sbatch $VALIDATION_JOB failed"
   job=${job%%;*}
   printf '%s\n' "$job" | atomic_write "$record" 0600

@@ -1,0 +1,64 @@
+"""Step 95's submission of the first-boot gate (nodeside/steps/95-handoff.sh), run as
+shipped against a fake `sinfo` and `sbatch`.
+
+The faithful lane's CI run caught a one-node gate on a two-node cluster: the wait saw both
+nodes idle, then a worker's own PMIx check step (step 50) held its node for a second, and
+a recount of idle nodes sent the gate out on one node, where its two-task PMIx step could
+not fit. The gate asks for the nodes that were idle when the wait passed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+NODESIDE = Path(__file__).resolve().parents[2] / "nodeside"
+
+# idle counts, one per call: both nodes idle at the wait, then one busy with its check
+SINFO = """#!/bin/bash
+n=$(head -n 1 "$IDLE_SEQ"); tail -n +2 "$IDLE_SEQ" >"$IDLE_SEQ.next"
+if [[ -s $IDLE_SEQ.next ]]; then mv "$IDLE_SEQ.next" "$IDLE_SEQ"; else rm -f "$IDLE_SEQ.next"; fi
+echo "$n"
+"""
+SBATCH = """#!/bin/bash
+echo "$*" >>"$SBATCH_CALLS"
+echo 42
+"""
+
+
+def test_the_gate_asks_for_the_nodes_idle_when_the_wait_passed(tmp_path):
+    home, state, fsx_root, bin_dir = (tmp_path / d for d in ("opt", "state", "fsx", "bin"))
+    for d in (home / "lib", home / "steps", state, fsx_root, bin_dir):
+        d.mkdir(parents=True)
+    for name in ("common.sh", "join-gate.sh", "boot-failures.sh", "topology.sh"):
+        (home / "lib" / name).write_text((NODESIDE / "lib" / name).read_text())
+    (state / "identity.env").write_text("NODE_ROLE=controller\nNODE_NAME=n1\n")
+    job = tmp_path / "first-boot.sbatch"
+    job.write_text("#!/bin/bash\n")
+    for name, body in (("sinfo", SINFO), ("sbatch", SBATCH)):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "idle").write_text("2\n1\n1\n")
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "GPU_CLUSTER_HOME": str(home),
+        "GPU_CLUSTER_STATE": str(state),
+        "FSX_ROOT": str(fsx_root),
+        "GC_STEP": "95-handoff",
+        "GC_WAIT_FIRST": "0.01",
+        "GC_WAIT_INTERVAL": "0.01",
+        "SLURM_PARTITION": "train",
+        "GPU_CLUSTER_NODES": "2",
+        "VALIDATION_ENABLED": "1",
+        "VALIDATION_JOB": str(job),
+        "VALIDATION_WAIT_MINUTES": "1",
+        "IDLE_SEQ": str(tmp_path / "idle"),
+        "SBATCH_CALLS": str(tmp_path / "sbatch"),
+    }
+    r = subprocess.run(
+        ["bash", str(NODESIDE / "steps" / "95-handoff.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "sbatch").read_text() == f"--parsable -N 2 {job}\n"
+    assert (fsx_root / "validation" / "first-boot.jobid").read_text() == "42\n"
