@@ -6,12 +6,14 @@ title; no Slurm needed)."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
-from tests.support.slurm_harness import kill_leftover_steps
+from tests.support.slurm_harness import SlurmLayout, SlurmTestCluster, kill_leftover_steps
 
 
 def _step(title: str) -> subprocess.Popen:
@@ -55,3 +57,21 @@ def test_a_spool_without_step_sockets_touches_nothing(tmp_path):
     finally:
         step.kill()
         step.wait()
+
+
+def test_a_cluster_in_a_sysroot_finds_its_steps_inside_it():
+    # The topology module's trixie cluster runs Slurm 24.11 chrooted: its spool is a path
+    # inside the sysroot, and CI run 4 still left that cluster's batch step behind.
+    # A short sysroot path: a unix socket's path has a 108-byte limit.
+    sysroot = Path(tempfile.mkdtemp(prefix="sr-", dir="/tmp"))
+    cluster = SlurmTestCluster(SlurmLayout(Path("/t")), sysroot=sysroot)
+    step = _step("slurmstepd: [1003885501.batch]")
+    sock = _socket(sysroot / "t" / "slurmd" / "host1_1003885501.4294967291")
+    try:
+        cluster.stop()
+        assert step.wait(timeout=5) == -9
+    finally:
+        sock.close()
+        step.kill()
+        step.wait()
+        shutil.rmtree(sysroot)

@@ -368,7 +368,7 @@ class SlurmTestCluster:
                     proc.kill()
                     proc.wait(timeout=5)
         self.procs.clear()
-        kill_leftover_steps(self.layout.spool)
+        kill_leftover_steps(self.host_path(self.layout.spool))
 
 
 def kill_leftover_steps(spool: Path) -> list[int]:
