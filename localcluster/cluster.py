@@ -449,13 +449,7 @@ class LocalCluster:
         ws = self._launch_workers(count, self.expected_nodes(), block)
         self.out(f"block {block}: {count} machine(s) started; booting:")
         self.watch(ws, timeout=timeout)
-        failed = [w for w in ws if w.rc != 0]
-        for w in failed:
-            self.out(f"{w.node.hostname}: boot FAILED (exit {w.rc}); last log lines:")
-            for line in self.log_tail(w.node, 15):
-                self.out(f"    {line}")
-        if failed:
-            raise RuntimeError("boot failed on " + ", ".join(f"{w.node.hostname} (exit {w.rc})" for w in failed))
+        self._raise_failed([w for w in ws if w.rc != 0])
         return ws
 
     def end_block(self, block: str) -> list[str]:
@@ -498,15 +492,24 @@ class LocalCluster:
             out.append((old.hostname, w))
         return out
 
+    def _raise_failed(self, failed: list[BootWatch]) -> None:
+        """Say what a failed boot left: its last log lines, and every node as the controller's
+        Slurm sees it (a wait that timed out is about another node's state); then raise."""
+        if not failed:
+            return
+        for w in failed:
+            self.out(f"{w.node.hostname}: boot FAILED (exit {w.rc}); last log lines:")
+            for line in self.log_tail(w.node, 15):
+                self.out(f"    {line}")
+        rows = self.node_reasons()
+        self.out("Slurm's nodes (sinfo on the controller):" + ("" if rows else " no answer"))
+        for name, (state, reason) in sorted(rows.items()):
+            self.out(f"    {name} {state}" + (f" ({reason})" if reason else ""))
+        raise RuntimeError("boot failed on " + ", ".join(f"{w.node.hostname} (exit {w.rc})" for w in failed))
+
     def _finish_bring_up(self, t0: float, timeout: float) -> float:
         self.watch(timeout=timeout)
-        failed = [w for w in self.watches.values() if w.rc != 0]
-        if failed:
-            for w in failed:
-                self.out(f"{w.node.hostname}: boot FAILED (exit {w.rc}); last log lines:")
-                for line in self.log_tail(w.node, 15):
-                    self.out(f"    {line}")
-            raise RuntimeError("boot failed on " + ", ".join(f"{w.node.hostname} (exit {w.rc})" for w in failed))
+        self._raise_failed([w for w in self.watches.values() if w.rc != 0])
         self.wait_idle(len(self.slurm_nodes()), timeout=max(30.0, timeout - (time.monotonic() - t0)))
         return time.monotonic() - t0
 

@@ -335,6 +335,34 @@ def test_boot_log_steps_and_waits_are_read_to_a_tenth_of_a_second_and_split_into
     assert row["wait_kinds"] == {"registration in slurmctld": 0.8}
 
 
+def test_a_failed_boot_says_its_last_lines_and_every_node_as_the_controllers_slurm_sees_it():
+    """A timed-out wait in one node's boot is about another node: the lane's report shows the
+    failed node's log and then each node's Slurm state and reason (a health drain, a node down)."""
+    from localcluster.cluster import BootWatch, LocalCluster
+    from localcluster.nodes import Node
+
+    said: list[str] = []
+    lc = LocalCluster("failchk", out=said.append)
+    node = Node(cluster="failchk", serial=11, hostname="ip-10-77-0-11", ip="10.77.0.11", instance_id="i-0", role="controller",
+                netns="n", veth="v", dir="/nonexistent")  # fmt: skip
+    lc.log_tail = lambda n, k: ["[95-handoff] ERROR: timed out"]  # type: ignore[method-assign]
+    lc.node_reasons = lambda: {  # type: ignore[method-assign]
+        "ip-10-77-0-12": ("drained", "gpu-cluster health: clock reference 127.0.0.1:1123 did not answer"),
+        "ip-10-77-0-11": ("idle", ""),
+    }
+    with pytest.raises(RuntimeError, match=r"^boot failed on ip-10-77-0-11 \(exit 1\)$"):
+        lc._raise_failed([BootWatch(node, None, rc=1)])
+    assert said == [
+        "ip-10-77-0-11: boot FAILED (exit 1); last log lines:",
+        "    [95-handoff] ERROR: timed out",
+        "Slurm's nodes (sinfo on the controller):",
+        "    ip-10-77-0-11 idle",
+        "    ip-10-77-0-12 drained (gpu-cluster health: clock reference 127.0.0.1:1123 did not answer)",
+    ]
+    lc._raise_failed([])  # nothing failed: nothing said, nothing raised
+    assert len(said) == 5
+
+
 def test_host_polls_start_short_and_back_off_to_a_cap():
     from itertools import islice
 

@@ -26,7 +26,8 @@ echo 42
 """
 
 
-def test_the_gate_asks_for_the_nodes_idle_when_the_wait_passed(tmp_path):
+def _step95(tmp_path, sinfo: str, idle: str, wait_minutes: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """Step 95 as shipped, against the fake sinfo/sbatch; (result, job file, fsx root)."""
     home, state, fsx_root, bin_dir = (tmp_path / d for d in ("opt", "state", "fsx", "bin"))
     for d in (home / "lib", home / "steps", state, fsx_root, bin_dir):
         d.mkdir(parents=True)
@@ -35,10 +36,10 @@ def test_the_gate_asks_for_the_nodes_idle_when_the_wait_passed(tmp_path):
     (state / "identity.env").write_text("NODE_ROLE=controller\nNODE_NAME=n1\n")
     job = tmp_path / "first-boot.sbatch"
     job.write_text("#!/bin/bash\n")
-    for name, body in (("sinfo", SINFO), ("sbatch", SBATCH)):
+    for name, body in (("sinfo", sinfo), ("sbatch", SBATCH)):
         (bin_dir / name).write_text(body)
         (bin_dir / name).chmod(0o755)
-    (tmp_path / "idle").write_text("2\n1\n1\n")
+    (tmp_path / "idle").write_text(idle)
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -52,13 +53,39 @@ def test_the_gate_asks_for_the_nodes_idle_when_the_wait_passed(tmp_path):
         "GPU_CLUSTER_NODES": "2",
         "VALIDATION_ENABLED": "1",
         "VALIDATION_JOB": str(job),
-        "VALIDATION_WAIT_MINUTES": "1",
+        "VALIDATION_WAIT_MINUTES": wait_minutes,
         "IDLE_SEQ": str(tmp_path / "idle"),
         "SBATCH_CALLS": str(tmp_path / "sbatch"),
     }
     r = subprocess.run(
         ["bash", str(NODESIDE / "steps" / "95-handoff.sh")], env=env, capture_output=True, text=True, timeout=60
     )
+    return r, job, fsx_root
+
+
+def test_the_gate_asks_for_the_nodes_idle_when_the_wait_passed(tmp_path):
+    r, job, fsx_root = _step95(tmp_path, SINFO, "2\n1\n1\n", "1")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "sbatch").read_text() == f"--parsable -N 2 {job}\n"
     assert (fsx_root / "validation" / "first-boot.jobid").read_text() == "42\n"
+
+
+# the per-node listing answers the timed-out step's question: which node held the wait, and why
+SINFO_NODES = """#!/bin/bash
+if [[ " $* " == *" -N "* ]]; then
+  printf '%s\\n' 'n1|idle|none' 'n2|drained|gpu-cluster health: clock reference 127.0.0.1:123 did not answer' 'n3|down*|Not responding'
+else
+  echo 1
+fi
+"""
+
+
+def test_a_timed_out_wait_names_each_node_that_is_not_idle_with_its_state_and_reason(tmp_path):
+    r, _, fsx_root = _step95(tmp_path, SINFO_NODES, "", "0")
+    assert r.returncode != 0
+    assert (
+        "timed out after 0s waiting for 2 idle node(s) in partition train (sinfo): 1 idle; not idle: "
+        "n2 drained (gpu-cluster health: clock reference 127.0.0.1:123 did not answer); n3 down* (Not responding)"
+    ) in r.stdout + r.stderr
+    assert not (fsx_root / "validation" / "first-boot.jobid").exists()
+    assert not (tmp_path / "sbatch").exists()

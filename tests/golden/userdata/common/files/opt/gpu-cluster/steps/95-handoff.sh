@@ -23,6 +23,13 @@ idle_nodes() { sinfo -h -p "$SLURM_PARTITION" -t idle -o '%D' 2>/dev/null | awk 
 # two-task PMIx step could not fit). Asked for, a briefly busy node only delays the start.
 IDLE_SEEN=0
 enough_idle() { IDLE_SEEN=$(idle_nodes); ((IDLE_SEEN >= GPU_CLUSTER_NODES)); }
+# not_idle: "<node> <state> (<reason>)" for each node of the partition that is not idle, so a
+# timed-out wait names what held it (a drained worker, a node down, one never registered).
+not_idle() {
+  sinfo -h -N -p "$SLURM_PARTITION" -o '%N|%T|%E' 2>/dev/null | awk -F'|' '
+    $2 != "idle" { printf "%s%s %s%s", sep, $1, $2, ($3 == "" || $3 == "none") ? "" : " (" $3 ")"; sep = "; " }
+    END { if (sep == "") printf "none listed by sinfo" }'
+}
 
 main() {
   local job record="$FSX_ROOT/validation/first-boot.jobid"
@@ -37,7 +44,9 @@ main() {
     log "validation job $(<"$record") already submitted for this cluster"
     return 0
   fi
-  wait_for $((VALIDATION_WAIT_MINUTES * 60)) "$GPU_CLUSTER_NODES idle node(s) in partition $SLURM_PARTITION (sinfo)" enough_idle
+  local wait=$((VALIDATION_WAIT_MINUTES * 60)) what="$GPU_CLUSTER_NODES idle node(s) in partition $SLURM_PARTITION (sinfo)"
+  wait_until "$wait" "$what" enough_idle ||
+    die "timed out after ${wait}s waiting for $what: $IDLE_SEEN idle; not idle: $(not_idle)"
   install -d -m 0700 "$FSX_ROOT/validation"
   # Opened before the count: a node that registers later is drained and gated on its
   # own instead of missing both gates.
