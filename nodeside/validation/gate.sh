@@ -18,6 +18,10 @@ readonly BENCH=/opt/gpu-cluster/validation/torch_comm_bench.py
 # per node for both ops instead of pulling the image from the registry for each.
 readonly IMAGE_TOOL=/opt/gpu-cluster/bin/gpu-cluster-image
 readonly CONTAINER="gpu-cluster-validation-${SLURM_JOB_ID:-manual}"
+# The report program runs as a module of $LIB, not as a script: Python keeps a module's
+# compiled form but compiles a script at every start, a quarter of each of the gate's
+# ~25 starts. PYTHONSAFEPATH keeps the working directory off the module path.
+validation_report() { PYTHONSAFEPATH=1 PYTHONPATH="$LIB" python3 -m validation_report "$@"; }
 # One python3 call prints the values one per line, in the order read here; a missing
 # key fails that call, and the short read then stops the gate under `set -e`.
 {
@@ -36,7 +40,7 @@ readonly CONTAINER="gpu-cluster-validation-${SLURM_JOB_ID:-manual}"
   IFS= read -r T_CONTAINER
   IFS= read -r T_PING
   IFS= read -r T_RESERVE
-} < <(python3 "$LIB/validation_report.py" --config "$CONFIG" settings gate.results_dir gpus gate.tasks_per_node \
+} < <(validation_report --config "$CONFIG" settings gate.results_dir gpus gate.tasks_per_node \
   gate.cpus_per_task container_image time_limit_minutes gate.sweep gate.single_sweep gate.torch_max_bytes \
   gate.timeouts.nccl gate.timeouts.torch gate.timeouts.container gate.timeouts.pingpong gate.timeouts.reserve)
 readonly RESULTS GPUS TASKS CPT IMAGE TIME_LIMIT_MINUTES SWEEP SINGLE_SWEEP TORCH_MAX_BYTES T_NCCL T_TORCH T_CONTAINER
@@ -57,7 +61,7 @@ readonly CUDA_ROOT=${VALIDATION_CUDA_ROOT:-/usr/local}
 readonly PP_SERVER_WAIT=${VALIDATION_PINGPONG_SERVER_WAIT:-5}
 
 log() { printf '%s validation: %s\n' "$(date -u +%FT%TZ)" "$*"; }
-report() { python3 "$LIB/validation_report.py" --config "$CONFIG" --run "$RUN" "$@"; }
+report() { validation_report --config "$CONFIG" --run "$RUN" "$@"; }
 skip() { report skip --step "$1" --nodes "$2" --kind "$3" --reason "$4"; }
 have_time() { [ $(( BUDGET - SECONDS )) -ge "$1" ]; }
 

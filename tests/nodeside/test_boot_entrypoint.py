@@ -62,6 +62,18 @@ def test_stops_at_first_failure_with_reason(box):
     assert "FAILED 20-b" in (box.log_dir / "boot.log").read_text()
 
 
+def test_a_reason_with_control_characters_quotes_and_utf8_is_valid_json(box):
+    # The status is JSON written by bash: newlines and tabs become spaces, other control
+    # characters go, quotes and backslashes are escaped, UTF-8 stays.
+    raw = box.root / "reason.txt"
+    raw.write_text('line one\nline\ttwo \x1b[31mred\x1b[0m \x01x "q" a\\b \x7f é 日本', encoding="utf-8")
+    box.step("10-a", f'die "$(cat {raw})"')
+    r = box.boot()
+    assert r.returncode == 1
+    reason = box.status()["reason"]
+    assert reason.startswith('line one line two [31mred[0m x "q" a\\b \x7f é 日本 (see '), reason
+
+
 def test_failure_without_die_reports_exit_status(box):
     box.step("10-a", "exit 3")
     r = box.boot()
