@@ -38,6 +38,14 @@ def render_cache(request) -> Path | None:
     return Path(cache.mkdir("review-renders")) if cache is not None else None
 
 
+@pytest.fixture(scope="session")
+def collection_cache(request) -> Path | None:
+    """Outputs of `pytest --collect-only` runs kept by the hash of their inputs
+    (tests/repo/test_daemon_order.py); None when pytest's cache is off: collected afresh."""
+    cache = getattr(request.config, "cache", None)
+    return Path(cache.mkdir("collections")) if cache is not None else None
+
+
 # --- longest modules first ---------------------------------------------------------------
 # `make check` spreads whole modules over the cores (xdist --dist loadscope: a module's
 # fixtures are built once). A long module handed out last keeps one core busy while the

@@ -22,6 +22,7 @@ the sha256 and unpacks it before booting.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import io
@@ -469,6 +470,10 @@ def node_files(
     return {path: files[path].encode("utf-8") for path in sorted(files)}
 
 
+# Level 9 over a whole payload is tens of milliseconds, and a process that runs the program
+# more than once (the plan writer's moments, the tests) renders the same payload again
+# and again; the output is a pure function of the bytes (mtime 0), so it is kept by them.
+@functools.lru_cache(maxsize=64)
 def _gzip(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=9, mtime=0)
 

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -169,11 +170,17 @@ def test_plan_does_not_depend_on_the_wall_clock(tmp_path):
     assert (a / "plan.json").read_bytes() == (b / "plan.json").read_bytes()
 
 
+# Fresh processes of the refusal below: the exit-time traceback it guards against showed
+# on some runs only (GC order). `make check` starts fewer (GPU_CLUSTER_REFUSAL_RUNS; each
+# is a whole program start, ~1.7 s of CPU); `make test` all four.
+REFUSAL_RUNS = int(os.environ.get("GPU_CLUSTER_REFUSAL_RUNS", "4"))
+
+
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory) -> list[subprocess.CompletedProcess]:
-    """A replacing edit, refused inside the program, in four fresh processes."""
+    """A replacing edit, refused inside the program, in REFUSAL_RUNS fresh processes."""
     out = tmp_path_factory.mktemp("refused")
-    return [_render(out, "--set", "network.subnet_id=subnet-0ffffffffffffffff") for _ in range(4)]
+    return [_render(out, "--set", "network.subnet_id=subnet-0ffffffffffffffff") for _ in range(max(1, REFUSAL_RUNS))]
 
 
 def test_replacing_edit_exits_with_the_guard_line(refusals):

@@ -145,3 +145,18 @@ def test_each_run_in_one_process_has_its_own_stack():
             mocks.resources[0]["options"]["parent"]
             == f"urn:pulumi:{stack}::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-{stack}"
         )
+
+
+def test_a_mocked_run_skips_the_sdks_stack_walk_and_puts_it_back():
+    from pulumi.runtime import resource as sdk_resource
+
+    real = sdk_resource._get_stack_trace
+    seen: list[int] = []
+
+    def program():
+        seen.append(len(sdk_resource._get_stack_trace().frames))
+        return pulumi.CustomResource("test:index:Thing", "a", {}).id
+
+    run_with_mocks(program, PlanMocks("us-east-2"), config={"aws:region": "us-east-2"})
+    assert seen == [0]  # inside the run: an empty trace, no frame walked
+    assert sdk_resource._get_stack_trace is real

@@ -4,35 +4,66 @@ collection: what `make test` runs when, without running a daemon."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@functools.cache  # one collection per lane setting (a few seconds each)
-def _collected(faithful: str, lifecycle: str) -> tuple[list[str], str]:
-    env = {**os.environ, "GPU_CLUSTER_FAITHFUL_LANES": faithful, "GPU_CLUSTER_LIFECYCLE_LANE": lifecycle}
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/daemons"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    ids = [line for line in r.stdout.splitlines() if line.startswith("tests/daemons/")]
-    return ids, r.stdout
+# What pytest's collection of tests/daemons depends on: the Python under the tree (test
+# modules, conftests, helpers and the product code that parametrizes them), pytest's
+# configuration and version, and the lane settings. The same inputs collect the same ids,
+# so a collection is kept by their hash (`collection_cache`, tests/conftest.py).
+_SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "venv", ".venv", "build"}
+
+
+def _inputs_digest(faithful: str, lifecycle: str) -> str:
+    h = hashlib.sha256(f"{pytest.__version__}\0{sys.version}\0{faithful}\0{lifecycle}\0".encode())
+    paths = [ROOT / "pyproject.toml"]
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        paths += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py")]
+    for path in paths:
+        data = path.read_bytes()
+        h.update(f"{path.relative_to(ROOT)}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()
+
+
+@functools.cache  # one collection per lane setting (a few seconds each, unless kept)
+def _collected(faithful: str, lifecycle: str, cache: Path | None) -> tuple[list[str], str]:
+    kept = cache / _inputs_digest(faithful, lifecycle) if cache is not None else None
+    if kept is not None and kept.is_file():
+        out = kept.read_text()
+    else:
+        env = {**os.environ, "GPU_CLUSTER_FAITHFUL_LANES": faithful, "GPU_CLUSTER_LIFECYCLE_LANE": lifecycle}
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/daemons"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        out = r.stdout
+        if kept is not None:
+            tmp = kept.with_suffix(".tmp")
+            tmp.write_text(out)
+            tmp.replace(kept)
+    ids = [line for line in out.splitlines() if line.startswith("tests/daemons/")]
+    return ids, out
 
 
 def _module(nodeid: str) -> str:
     return nodeid.split("::")[0].removeprefix("tests/daemons/")
 
 
-def test_modules_needing_no_lane_root_run_first_and_shared_clusters_run_back_to_back():
-    ids, _ = _collected("bookworm,trixie", "bookworm")
+def test_modules_needing_no_lane_root_run_first_and_shared_clusters_run_back_to_back(collection_cache):
+    ids, _ = _collected("bookworm,trixie", "bookworm", collection_cache)
     modules = [_module(i) for i in ids]
     first_root = min(modules.index(m) for m in ("test_images_root.py", "test_install_debian.py"))
     for m in ("test_localcluster.py", "test_slurm_oracle.py", "test_block_end_daemons.py", "test_munge_recovery.py"):
@@ -50,14 +81,14 @@ def test_modules_needing_no_lane_root_run_first_and_shared_clusters_run_back_to_
         assert where == list(range(where[0], where[-1] + 1)), m
 
 
-def test_node_behaviour_runs_on_the_nodes_lane_only():
-    ids, out = _collected("bookworm,trixie", "bookworm")
+def test_node_behaviour_runs_on_the_nodes_lane_only(collection_cache):
+    ids, out = _collected("bookworm,trixie", "bookworm", collection_cache)
     faithful = [i for i in ids if _module(i) == "test_localcluster_faithful.py"]
     assert [i for i in faithful if "[trixie]" in i and ("reboot" in i or "fsx_attached_late" in i)] == []
     assert [i for i in faithful if "[bookworm]" in i and ("reboot" in i or "fsx_attached_late" in i)] != []
     assert {i.split("[")[1] for i in faithful} == {"bookworm]", "trixie]"}
     assert "deselected" in out
     # The nodes' lane is booted even when the faithful lanes leave it out.
-    ids, _ = _collected("trixie", "bookworm")
+    ids, _ = _collected("trixie", "bookworm", collection_cache)
     lanes = {i.split("[")[1].rstrip("]") for i in ids if _module(i) == "test_localcluster_faithful.py"}
     assert lanes == {"trixie", "bookworm"}
