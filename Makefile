@@ -26,6 +26,9 @@ CLI_FUZZ_CASES ?= 30
 # The timeline model's random timelines in `make check` (the first of the same seeded
 # sequence; `make test` runs 200, bench/bench_timeline.py more).
 TIMELINE_CASES ?= 10
+# Fresh processes of the plan writer's refusal test in `make check` (its exit-time
+# traceback showed on some runs only; tests/offline/test_plan_cli.py; `make test` runs 4).
+REFUSAL_RUNS ?= 1
 # pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process). Whole
 # modules go to a worker (--dist loadscope), so a module's fixtures (a program run, a
 # render, fresh processes) are built once, not once per worker; tests/conftest.py hands
@@ -89,14 +92,18 @@ $(VENV)/.installed: requirements-dev.txt requirements.txt pyproject.toml scripts
 # Everything that needs no daemon, no root and no apt. The shellcheck runs are tests
 # (tests/userdata/test_userdata_render.py, tests/repo/test_shell_scripts.py), so the file lists have
 # one home; they skip when shellcheck is missing, hence the explicit probe first.
+# Bytecode is kept under build/pycache whatever PYTHONDONTWRITEBYTECODE says: without it
+# each xdist worker and each Python the tests start (CLIs, node programs, the gate's
+# verdict) compiles every module it imports again, about 10 s of a run; the prefix
+# keeps the tree itself free of __pycache__.
 check: check-deps
-	@export PATH="$(CURDIR)/$(VENV)/bin:$$PATH"; set -e; \
+	@export PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/build/pycache"; set -e; \
 	shellcheck --version >/dev/null || { echo "make check: shellcheck missing from $(VENV)" >&2; exit 1; }; \
 	rc=0; \
 	echo "== ruff check"; ruff check --output-format concise . || rc=1; \
 	echo "== ruff format --check"; ruff format --check --output-format concise . || rc=1; \
 	echo "== mypy"; mypy || rc=1; \
-	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) GPU_CLUSTER_CLI_FUZZ_CASES=$(CLI_FUZZ_CASES) GPU_CLUSTER_TIMELINE_CASES=$(TIMELINE_CASES) python -m pytest -q -n $(JOBS) --dist loadscope -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
+	echo "== pytest -m '$(FAST)'"; GPU_CLUSTER_FUZZ_CASES=$(FUZZ_CASES) GPU_CLUSTER_CLI_FUZZ_CASES=$(CLI_FUZZ_CASES) GPU_CLUSTER_TIMELINE_CASES=$(TIMELINE_CASES) GPU_CLUSTER_REFUSAL_RUNS=$(REFUSAL_RUNS) python -m pytest -q -n $(JOBS) --dist loadscope -m "$(FAST)" --ignore=$(DAEMON_TESTS) || { r=$$?; [ $$r -eq 5 ] && echo "make check: pytest ran no tests" >&2; rc=1; }; \
 	exit $$rc
 
 lint: check-deps
