@@ -54,7 +54,7 @@ def test_loopback_http_mirror(release, tmp_path):
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
     handler.log_message = lambda *a: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         rc, out, err = _run(tmp_path / "vendor", url, timeout=10)

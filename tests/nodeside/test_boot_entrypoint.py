@@ -95,10 +95,21 @@ def test_env_beats_overrides_beats_cluster_env(box):
 
 
 def test_wait_for_is_bounded_and_names_what(box):
-    box.step("10-a", 'GC_WAIT_INTERVAL=0.2 wait_for 1 "the unicorn to appear" test -e /nonexistent/unicorn')
+    # A fake clock: the step's own now_ms and sleep (shell functions win over the
+    # builtin variable's reader and the command), so the bound is reached without waiting.
+    sleeps = box.root / "sleeps"
+    box.step(
+        "10-a",
+        "FAKE_MS=0\n"
+        "now_ms() { NOW_MS=$FAKE_MS; }\n"
+        f'sleep() {{ FAKE_MS=$((FAKE_MS + $(ms_of "$1"))); echo "$1" >>"{sleeps}"; }}\n'
+        'GC_WAIT_INTERVAL=0.2 wait_for 1 "the unicorn to appear" test -e /nonexistent/unicorn',
+    )
     r = box.boot()
     assert r.returncode == 1
     assert box.status()["reason"].startswith("timed out after 1s waiting for the unicorn to appear")
+    # 0.1 s first, then 1.5x each time, capped at GC_WAIT_INTERVAL, the last one cut to the bound
+    assert sleeps.read_text().split() == ["0.100", "0.151", "0.200", "0.200", "0.200", "0.149"]
 
 
 def test_skip_notes_reach_the_status(box):
