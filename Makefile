@@ -29,11 +29,16 @@ TIMELINE_CASES ?= 10
 # Fresh processes of the plan writer's refusal test in `make check` (its exit-time
 # traceback showed on some runs only; tests/offline/test_plan_cli.py; `make test` runs 4).
 REFUSAL_RUNS ?= 1
-# pytest-xdist workers for `make check` (auto: one per core; 0 runs in one process). Whole
-# modules go to a worker (--dist loadscope), so a module's fixtures (a program run, a
-# render, fresh processes) are built once, not once per worker; tests/conftest.py hands
+# pytest-xdist workers for `make check` (0 runs in one process): one more than the cores,
+# since a worker waiting on a subprocess, a sleep or a lock leaves its core to the extra
+# one (2 cores: 54-56 s against 60-62 s with one worker per core, runs taken in turns).
+# Whole modules go to a worker (--dist loadscope), so a module's fixtures (a program run,
+# a render, fresh processes) are built once, not once per worker; tests/conftest.py hands
 # out the longest modules first.
-JOBS ?= auto
+JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# The same for the tests outside tests/daemons in `make test`, which run (niced) beside
+# the daemon tests: one per core, so the lanes' daemons keep their share.
+TEST_JOBS ?= auto
 # Enroot/Pyxis release tarballs for the faithful lane's local mirror (scripts/vendor-dir.sh;
 # `make vendor` fetches them into ./vendor).
 GPU_CLUSTER_VENDOR_DIR ?= $(shell scripts/vendor-dir.sh)
@@ -61,7 +66,7 @@ LIFECYCLE_LANE ?= slurm2311
 # pytest's "no tests ran" (exit 5) is a failure here, not a pass.
 test: deps
 	@GPU_CLUSTER_FAITHFUL_LANES=$(FAITHFUL_LANES) GPU_CLUSTER_LIFECYCLE_LANE=$(LIFECYCLE_LANE) \
-	  VENV_PYTHON=$(VENV_PYTHON) JOBS=$(JOBS) $(VENV_PATH) scripts/test-all.sh
+	  VENV_PYTHON=$(VENV_PYTHON) JOBS=$(TEST_JOBS) $(VENV_PATH) scripts/test-all.sh
 
 render: check-deps
 	$(VENV_PYTHON) -m offline.plan --stack $(STACK) --out $(OUT)
