@@ -24,10 +24,12 @@ import itertools
 import json
 import os
 import re
-import statistics
-import subprocess
 import sys
 import time
+
+# statistics and subprocess are imported where they are used: the gate starts this program
+# about 25 times a run and only the report (medians) and the drain need them; they were a
+# fifth of each start.
 
 try:
     from nodeside import pair_topology, verdict
@@ -316,8 +318,12 @@ def _first(r):
     return r["reasons"][0] if r.get("reasons") else "no reason recorded"
 
 
-def drain(nodes_reasons, runner=subprocess.run, prefix=REASON_PREFIX):
-    """Drain each node with the reason in Slurm's reason field."""
+def drain(nodes_reasons, runner=None, prefix=REASON_PREFIX):
+    """Drain each node with the reason in Slurm's reason field (`runner`: subprocess.run)."""
+    if runner is None:
+        import subprocess
+
+        runner = subprocess.run
     done = {}
     for node, why in sorted(nodes_reasons.items()):
         reason = (prefix + why)[:250]
@@ -339,6 +345,8 @@ def figures_of(records):
             continue  # a re-test measures a suspect node, not the cluster
         if r["verdict"] == "GO" and r.get("value") is not None and r["step"] in FIGURES:
             vals.setdefault(f"{r['step']}.{r['figure']}", []).append(r["value"])
+    import statistics
+
     return {k: round(statistics.median(v), 2) for k, v in sorted(vals.items())}
 
 
@@ -416,7 +424,7 @@ def _record_baseline(config, report, records, root):
         report["baseline"].update(run_id=report["run_id"], recorded=True)
 
 
-def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None):
+def build(config, run_dir, root, do_drain=False, runner=None, now=None):
     meta = load_json(os.path.join(run_dir, "run.json"), {})
     records = _read_records(run_dir)
     join = "newcomers" in meta

@@ -4,8 +4,6 @@ import itertools
 import json
 import os
 import re
-import statistics
-import subprocess
 import sys
 import time
 try:
@@ -208,7 +206,10 @@ def blame(records):
 def _first(r):
     return r['reasons'][0] if r.get('reasons') else 'no reason recorded'
 
-def drain(nodes_reasons, runner=subprocess.run, prefix=REASON_PREFIX):
+def drain(nodes_reasons, runner=None, prefix=REASON_PREFIX):
+    if runner is None:
+        import subprocess
+        runner = subprocess.run
     done = {}
     for node, why in sorted(nodes_reasons.items()):
         reason = (prefix + why)[:250]
@@ -223,6 +224,7 @@ def figures_of(records):
             continue
         if r['verdict'] == 'GO' and r.get('value') is not None and (r['step'] in FIGURES):
             vals.setdefault(f"{r['step']}.{r['figure']}", []).append(r['value'])
+    import statistics
     return {k: round(statistics.median(v), 2) for k, v in sorted(vals.items())}
 
 def groups(records):
@@ -262,7 +264,7 @@ def _record_baseline(config, report, records, root):
         write_json(base_path, {'run_id': report['run_id'], 'instance_type': config['instance_type'], 'cluster': config['cluster_name'], 'created': report['finished'], 'figures': figs})
         report['baseline'].update(run_id=report['run_id'], recorded=True)
 
-def build(config, run_dir, root, do_drain=False, runner=subprocess.run, now=None):
+def build(config, run_dir, root, do_drain=False, runner=None, now=None):
     meta = load_json(os.path.join(run_dir, 'run.json'), {})
     records = _read_records(run_dir)
     join = 'newcomers' in meta
