@@ -12,26 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from offline import review as rv
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# What pytest's collection of tests/daemons depends on: the Python under the tree (test
+# What pytest's collection of tests/daemons depends on: the Python in the tree (test
 # modules, conftests, helpers and the product code that parametrizes them), pytest's
 # configuration and version, and the lane settings. The same inputs collect the same ids,
-# so a collection is kept by their hash (`collection_cache`, tests/conftest.py).
-_SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "venv", ".venv", "build"}
-
-
+# so a collection is kept by their hash (`collection_cache`, tests/conftest.py), taken
+# over the working tree as the review diff's render cache takes it (offline/review.py).
 def _inputs_digest(faithful: str, lifecycle: str) -> str:
-    h = hashlib.sha256(f"{pytest.__version__}\0{sys.version}\0{faithful}\0{lifecycle}\0".encode())
-    paths = [ROOT / "pyproject.toml"]
-    for dirpath, dirnames, filenames in os.walk(ROOT):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        paths += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py")]
-    for path in paths:
-        data = path.read_bytes()
-        h.update(f"{path.relative_to(ROOT)}\0{len(data)}\0".encode() + data)
-    return h.hexdigest()
+    files = [f for f in rv.head_files(ROOT) if f.endswith(".py") or f == "pyproject.toml"]
+    key = f"{rv.tree_digest(ROOT, files)}\0{pytest.__version__}\0{sys.version}\0{faithful}\0{lifecycle}"
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 @functools.cache  # one collection per lane setting (a few seconds each, unless kept)

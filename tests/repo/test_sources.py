@@ -121,8 +121,7 @@ def _hash_comment_prose(text: str) -> str:
     return "\n".join(line[line.index("#") :] for line in text.splitlines() if "#" in line)
 
 
-def prose(path: Path) -> str:
-    text = path.read_text(encoding="utf-8")
+def prose(path: Path, text: str) -> str:
     if path.suffix == ".md":
         return text
     if path.suffix == ".py":
@@ -144,9 +143,10 @@ def cited_keys() -> dict[str, list[str]]:
             continue
         # Prose is comments and docstrings cut from the text, so a file whose whole text
         # has no citation has none in its prose either (and is not tokenized and parsed).
-        if not CITATION.search(path.read_text(encoding="utf-8")):
+        text = path.read_text(encoding="utf-8")
+        if not CITATION.search(text):
             continue
-        for key in CITATION.findall(prose(path)):
+        for key in CITATION.findall(prose(path, text)):
             cites.setdefault(key, []).append(str(path.relative_to(ROOT)))
     return cites
 
