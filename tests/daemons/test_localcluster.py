@@ -19,7 +19,7 @@ import pytest
 
 from localcluster.cluster import ENTRY_POINT
 from tests.support.lane_clusters import JOIN_WAITS
-from tests.support.localcluster_probe import JOIN_GATE_WAIT, _can_run_cluster, wait_joined
+from tests.support.localcluster_probe import JOIN_GATE_WAIT, _can_run_cluster, settled_marker, wait_joined
 
 # ---------------------------------------------------------------------------------
 # real daemons: a 3-node cluster from the rendered user data, and four faults
@@ -171,9 +171,7 @@ def test_fsx_missing_at_boot_is_retried_never_registers_and_recovers_when_fsx_ap
         assert log.count("gpu-cluster-boot: ") == 1 and "attempt 1 of 4 failed at 30-fsx" in log
         st = _status(w.node)
         assert st["state"] == "ok"
-        marker = json.loads(
-            (cluster.c.fsx_dir / ".gpu-cluster" / NAME / "status" / f"{w.node.hostname}.json").read_text()
-        )
+        marker = settled_marker(cluster.c.fsx_dir / ".gpu-cluster" / NAME, w.node)
         assert (marker["state"], marker["instance_id"]) == ("ok", w.node.instance_id)
         wait_joined(cluster.c.fsx_dir / ".gpu-cluster" / NAME, w.node.hostname)
         cluster.wait_idle(len(cluster.c.nodes), timeout=JOIN_GATE_WAIT)

@@ -38,6 +38,32 @@ def wait_joined(state_dir, hostname: str, timeout: float = JOIN_GATE_WAIT) -> No
         time.sleep(1)
 
 
+def settled_marker(state_dir, node, timeout: float = 30) -> dict:
+    """The node's /fsx status marker once it says what its local status says. The boot
+    writes the local status first (a hung /fsx must not hold it back) and the marker
+    right after, so a boot seen ending by its local status may not have written its
+    marker yet (a CI run read 'running' there after the fourth failure)."""
+    import json
+    import time
+    from pathlib import Path
+
+    from userdata import layout
+
+    path = Path(state_dir) / "status" / f"{node.hostname}.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            local = json.loads(node.upper(layout.LOCAL_STATUS).read_text())
+            marker = json.loads(path.read_text())
+        except (OSError, ValueError):
+            local, marker = None, {}
+        if marker == local:
+            return marker
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} still says {marker!r}, the node's own status {local!r}")
+        time.sleep(0.1)
+
+
 def lifecycle_lane() -> str:
     """The machine lane the lifecycle and dedicated-controller modules run on
     (GPU_CLUSTER_LIFECYCLE_LANE; the Makefile names it, bookworm without it)."""
