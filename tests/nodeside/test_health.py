@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -251,7 +252,10 @@ def test_clock_off_the_reference_fails_with_the_offset(reference):
     ref = reference(skew=0.5)  # the reference is half a second ahead: this clock is slow
     got = health.check_clock({"HEALTH_CLOCK_REFERENCE": ref, "HEALTH_CLOCK_MAX_OFFSET_MS": "100"})
     assert got["status"] == "fail" and got["action"] == "reset"
-    assert got["detail"].startswith("clock 50") and f"ms slow of {ref}, over 100 ms (SNTP)" in got["detail"], got
+    m = re.fullmatch(rf"clock (\d+) ms slow of {re.escape(ref)}, over 100 ms \(SNTP\)", got["detail"])
+    # SNTP's offset is exact only to half the exchange's round trip, and rounds to a whole
+    # ms: 499 and 501 are this skew on a busy machine, not a wrong measurement
+    assert m and abs(int(m[1]) - 500) <= 20, got
 
 
 def test_clock_reference_that_does_not_answer_fails(monkeypatch):
