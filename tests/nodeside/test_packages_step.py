@@ -167,6 +167,7 @@ class Box:
             "GPU_CLUSTER_STATE": str(self.tmp / "node-state"),
             "IMAGE_MANIFEST": "/var/lib/gpu-cluster-image/manifest.json",
             "HOME": str(self.tmp),
+            "TMPDIR": str(self.tmp),
             "GPU_CLUSTER_HOME": str(BOOT),
             "GC_STEP": "20-packages",
             "GC_REASON_FILE": str(self.reason),
@@ -824,7 +825,12 @@ def _key(home: Path, uid: str) -> str:
 def keys(tmp_path_factory):
     """Two signing keys: Amazon's stand-in and an impostor (ed25519: made in milliseconds)."""
     root = tmp_path_factory.mktemp("gpg")
-    return {name: (root / name, _key(root / name, f"{name} <{name}@example.com>")) for name in ("amazon", "other")}
+    made = {name: (root / name, _key(root / name, f"{name} <{name}@example.com>")) for name in ("amazon", "other")}
+    yield made
+    # Making and using a secret key starts a gpg-agent per home, which outlives gpg itself;
+    # left alone, every run of this module would leave two daemons behind.
+    for home, _ in made.values():
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, timeout=30)
 
 
 def _mirror(box: Box, keys, signer: str = "amazon", served_key: str = "amazon", deb: bytes = CW_DEB) -> dict[str, str]:
@@ -846,10 +852,25 @@ def _mirror(box: Box, keys, signer: str = "amazon", served_key: str = "amazon", 
     }
 
 
+def _gpg_agents_under(path: Path) -> list[str]:
+    """Command lines of the gpg-agent daemons whose home is under `path`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended while we looked
+            continue
+        if argv and argv[0].endswith(b"gpg-agent") and str(path).encode() in b" ".join(argv):
+            found.append(b" ".join(argv).decode())
+    return found
+
+
 @needs_gpg
 def test_a_package_signed_by_the_pinned_key_is_installed(box, keys):
     r = box.run("cloudwatch_agent", **_mirror(box, keys))
     assert r.returncode == 0, r.stdout + r.stderr
+    # the check's throwaway keyring starts no gpg-agent: one would outlive the boot on the node
+    assert _gpg_agents_under(box.tmp) == []
     assert (
         box.apt()[-1].endswith("/amazon-cloudwatch-agent.deb") and " install --no-install-recommends /" in box.apt()[-1]
     )

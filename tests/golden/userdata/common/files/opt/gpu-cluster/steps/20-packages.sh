@@ -279,15 +279,16 @@ cloudwatch_agent() {
 
 # verify_signature KEYFILE SIG FILE: FILE carries a good signature by the key whose
 # fingerprint is CLOUDWATCH_AGENT_KEY_FINGERPRINT, checked in a keyring of its own (the
-# node's keyrings are neither read nor changed).
+# node's keyrings are neither read nor changed). --no-autostart: public keys need no
+# gpg-agent, and an agent started for the throwaway home would outlive the boot.
 verify_signature() {
   local home status fprs
   home=$(mktemp -d)
-  gpg --homedir "$home" --batch --quiet --import "$1" 2>/dev/null || die "cannot read the key file from $CLOUDWATCH_AGENT_KEY_URL"
-  fprs=$(gpg --homedir "$home" --batch --with-colons --fingerprint 2>/dev/null | awk -F: '$1 == "fpr" { print $10 }')
+  gpg --homedir "$home" --no-autostart --batch --quiet --import "$1" 2>/dev/null || die "cannot read the key file from $CLOUDWATCH_AGENT_KEY_URL"
+  fprs=$(gpg --homedir "$home" --no-autostart --batch --with-colons --fingerprint 2>/dev/null | awk -F: '$1 == "fpr" { print $10 }')
   grep -qx "$CLOUDWATCH_AGENT_KEY_FINGERPRINT" <<<"$fprs" ||
     die "the key from $CLOUDWATCH_AGENT_KEY_URL is ${fprs%%$'\n'*}, not the pinned $CLOUDWATCH_AGENT_KEY_FINGERPRINT: not installing the CloudWatch agent"
-  status=$(gpg --homedir "$home" --batch --status-fd 1 --verify "$2" "$3" 2>/dev/null || true)
+  status=$(gpg --homedir "$home" --no-autostart --batch --status-fd 1 --verify "$2" "$3" 2>/dev/null || true)
   rm -rf "$home"
   grep -E '^\[GNUPG:\] VALIDSIG ' <<<"$status" | grep -qw "$CLOUDWATCH_AGENT_KEY_FINGERPRINT" ||
     die "${3##*/} from $CLOUDWATCH_AGENT_URL has no good signature by $CLOUDWATCH_AGENT_KEY_FINGERPRINT ($2): not installing it"
