@@ -5,6 +5,7 @@
   the signature's first line are not counted, the docstring is).
 - No file under model/ over MAX_MODEL_FILE_LINES lines: one module per stack-file
   section keeps each one readable on its own.
+- No test module imports another (helpers they share live in tests/support/).
 
 Every offender is named in one failure, so a run shows the whole list at once.
 """
@@ -112,3 +113,53 @@ def test_every_tar_extraction_goes_through_model_archive():
         line for path in _source_files() if path != ROOT / "model" / "archive.py" for line in direct_extractions(path)
     ]
     assert not offenders, "extract tar archives with model.archive.extract_all:\n  " + "\n  ".join(offenders)
+
+
+def imports_of_test_modules(path: Path, root: Path = ROOT) -> list[str]:
+    """`path:line module` for each import in `path` of a test module (a `test_*` module
+    anywhere under tests/, by absolute or relative import)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ("." * node.level) + (node.module or "")
+            # `from tests.x import test_y` names the module in the imported names
+            names = [base] + [f"{base}.{a.name}" if node.module else f"{base}{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.lstrip(".").split(".")
+            if (name.startswith("tests.") or name.startswith(".")) and parts[-1].startswith("test_"):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+                break
+    return found
+
+
+def test_the_import_probe_finds_test_modules_by_any_spelling(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import tests.ops.test_status\n"
+        "from tests.model.test_config import CASES\n"
+        "from tests.model import test_config\n"
+        "from .test_sibling import helper\n"
+        "from tests.support.fake_slurm import FakeSlurm\n"
+        "from tests.support import test_data_maker\n"
+    )
+    assert imports_of_test_modules(probe, root=tmp_path) == [
+        "probe.py:1 tests.ops.test_status",
+        "probe.py:2 tests.model.test_config",
+        "probe.py:3 tests.model.test_config",
+        "probe.py:4 .test_sibling",
+        "probe.py:6 tests.support.test_data_maker",
+    ]
+
+
+def test_no_test_module_imports_another():
+    # Shared helpers live in tests/support/; a test module importing another runs that
+    # module's fixtures and collection side effects in a place nobody reads for them.
+    tests = ROOT / "tests"
+    files = sorted(p for p in tests.rglob("*.py") if "golden" not in p.relative_to(tests).parts[:1])
+    offenders = [line for path in files for line in imports_of_test_modules(path)]
+    assert not offenders, "move what they share to tests/support/:\n  " + "\n  ".join(offenders)
