@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import command_lines
+
 BOOT = Path(__file__).resolve().parents[2] / "nodeside"
 
 pytestmark = [
@@ -181,13 +183,7 @@ printf "INSTANCE_ID='i-0{name}'\\nNODE_NAME='{name}'\\nNODE_ROLE='{role}'\\nNODE
                 pass
         # ... and anything else still running from this node's files (a responder the
         # rejoin started, whatever its pid file says).
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if str(self.root).encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                        pids.add(int(entry))
-                except OSError:
-                    pass
+        pids.update(pid for pid, argv in command_lines() if str(self.root).encode() in b"\0".join(argv))
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

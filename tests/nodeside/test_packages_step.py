@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import command_lines
+
 BOOT = Path(__file__).resolve().parents[2] / "nodeside"
 STEP = BOOT / "steps" / "20-packages.sh"
 KERNEL = "6.8.0-1015-aws"
@@ -854,15 +856,8 @@ def _mirror(box: Box, keys, signer: str = "amazon", served_key: str = "amazon", 
 
 def _gpg_agents_under(path: Path) -> list[str]:
     """Command lines of the gpg-agent daemons whose home is under `path`."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:  # the process ended while we looked
-            continue
-        if argv and argv[0].endswith(b"gpg-agent") and str(path).encode() in b" ".join(argv):
-            found.append(b" ".join(argv).decode())
-    return found
+    lines = (b" ".join(argv) for _, argv in command_lines() if argv and argv[0].endswith(b"gpg-agent"))
+    return [line.decode() for line in lines if str(path).encode() in line]
 
 
 @needs_gpg

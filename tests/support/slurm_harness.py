@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from model.catalog import InstanceSpec
+from tests.support.processes import command_lines
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "scontrol", "srun")
 
@@ -380,18 +381,12 @@ def kill_leftover_steps(spool: Path) -> list[int]:
     names the job, so only this cluster's steps are touched."""
     jobs = {p.name.rsplit("_", 1)[-1].split(".")[0] for p in spool.glob("*_*.*") if p.is_socket()}
     killed = []
-    for proc in Path("/proc").iterdir() if jobs else ():
-        if not proc.name.isdigit():
-            continue
-        try:
-            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-        except OSError:
-            continue
-        m = re.match(r"slurmstepd: \[(\d+)\.", title)
+    for pid, argv in command_lines() if jobs else ():
+        m = re.match(r"slurmstepd: \[(\d+)\.", argv[0].decode(errors="replace")) if argv else None
         if m and m.group(1) in jobs:
             try:
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed.append(int(proc.name))
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             except ProcessLookupError:
                 pass
     return killed
