@@ -131,7 +131,7 @@ def imports_of_test_modules(path: Path, root: Path = ROOT) -> list[str]:
             continue
         for name in names:
             parts = name.lstrip(".").split(".")
-            if (name.startswith("tests.") or name.startswith(".")) and parts[-1].startswith("test_"):
+            if name.startswith(("tests.", ".")) and parts[-1].startswith("test_"):
                 found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
                 break
     return found
@@ -160,6 +160,6 @@ def test_no_test_module_imports_another():
     # Shared helpers live in tests/support/; a test module importing another runs that
     # module's fixtures and collection side effects in a place nobody reads for them.
     tests = ROOT / "tests"
-    files = sorted(p for p in tests.rglob("*.py") if "golden" not in p.relative_to(tests).parts[:1])
+    files = sorted(p for p in tests.rglob("*.py") if p.relative_to(tests).parts[0] != "golden")
     offenders = [line for path in files for line in imports_of_test_modules(path)]
     assert not offenders, "move what they share to tests/support/:\n  " + "\n  ".join(offenders)
