@@ -1,5 +1,5 @@
 """Step 95's submission of the first-boot gate (nodeside/steps/95-handoff.sh), run as
-shipped against a fake `sinfo` and `sbatch`.
+shipped against a fake `sinfo`, `sbatch` and `squeue`.
 
 The faithful lane's CI run caught a one-node gate on a two-node cluster: the wait saw both
 nodes idle, then a worker's own PMIx check step (step 50) held its node for a second, and
@@ -24,10 +24,14 @@ SBATCH = """#!/bin/bash
 echo "$*" >>"$SBATCH_CALLS"
 echo 42
 """
+# no job holds any node unless a test says which
+SQUEUE_NONE = "#!/bin/bash\n"
 
 
-def _step95(tmp_path, sinfo: str, idle: str, wait_minutes: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
-    """Step 95 as shipped, against the fake sinfo/sbatch; (result, job file, fsx root)."""
+def _step95(
+    tmp_path, sinfo: str, idle: str, wait_minutes: str, squeue: str = SQUEUE_NONE
+) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """Step 95 as shipped, against the fake sinfo/sbatch/squeue; (result, job file, fsx root)."""
     home, state, fsx_root, bin_dir = (tmp_path / d for d in ("opt", "state", "fsx", "bin"))
     for d in (home / "lib", home / "steps", state, fsx_root, bin_dir):
         d.mkdir(parents=True)
@@ -36,7 +40,7 @@ def _step95(tmp_path, sinfo: str, idle: str, wait_minutes: str) -> tuple[subproc
     (state / "identity.env").write_text("NODE_ROLE=controller\nNODE_NAME=n1\n")
     job = tmp_path / "first-boot.sbatch"
     job.write_text("#!/bin/bash\n")
-    for name, body in (("sinfo", sinfo), ("sbatch", SBATCH)):
+    for name, body in (("sinfo", sinfo), ("sbatch", SBATCH), ("squeue", squeue)):
         (bin_dir / name).write_text(body)
         (bin_dir / name).chmod(0o755)
     (tmp_path / "idle").write_text(idle)
@@ -89,3 +93,27 @@ def test_a_timed_out_wait_names_each_node_that_is_not_idle_with_its_state_and_re
     ) in r.stdout + r.stderr
     assert not (fsx_root / "validation" / "first-boot.jobid").exists()
     assert not (tmp_path / "sbatch").exists()
+
+
+# A CI run's controller waited 600 s with itself "allocated" and nothing said by what: the
+# listing names the jobs that hold a node that is not idle.
+SINFO_ALLOCATED = """#!/bin/bash
+if [[ " $* " == *" -N "* ]]; then
+  printf '%s\\n' 'n1|allocated|none' 'n2|idle|none'
+else
+  echo 1
+fi
+"""
+SQUEUE_ON_N1 = """#!/bin/bash
+[[ " $* " == *" -w n1 "* ]] && printf '%s\\n' '7 gpu-cluster-dcgm root 10:02' '9 train alice 0:31'
+exit 0
+"""
+
+
+def test_a_timed_out_wait_names_the_jobs_that_hold_a_node(tmp_path):
+    r, _, _ = _step95(tmp_path, SINFO_ALLOCATED, "", "0", squeue=SQUEUE_ON_N1)
+    assert r.returncode != 0
+    assert (
+        "1 idle; not idle: n1 allocated [jobs: 7 gpu-cluster-dcgm root 10:02, 9 train alice 0:31]\n"
+        in r.stdout + r.stderr
+    )

@@ -23,12 +23,20 @@ idle_nodes() { sinfo -h -p "$SLURM_PARTITION" -t idle -o '%D' 2>/dev/null | awk 
 # two-task PMIx step could not fit). Asked for, a briefly busy node only delays the start.
 IDLE_SEEN=0
 enough_idle() { IDLE_SEEN=$(idle_nodes); ((IDLE_SEEN >= GPU_CLUSTER_NODES)); }
-# not_idle: "<node> <state> (<reason>)" for each node of the partition that is not idle, so a
-# timed-out wait names what held it (a drained worker, a node down, one never registered).
+# not_idle: "<node> <state> (<reason>) [jobs: <id> <name> <user> <time>, ...]" for each node of
+# the partition that is not idle, so a timed-out wait names what held it (a drained worker, a
+# node down, one never registered, a job that kept a node allocated).
 not_idle() {
-  sinfo -h -N -p "$SLURM_PARTITION" -o '%N|%T|%E' 2>/dev/null | awk -F'|' '
-    $2 != "idle" { printf "%s%s %s%s", sep, $1, $2, ($3 == "" || $3 == "none") ? "" : " (" $3 ")"; sep = "; " }
-    END { if (sep == "") printf "none listed by sinfo" }'
+  local node state reason line jobs listed=""
+  while IFS='|' read -r node state reason; do
+    [[ $state != idle ]] || continue
+    line="$node $state"
+    [[ -z $reason || $reason == none ]] || line+=" ($reason)"
+    jobs=$(squeue -h -w "$node" -o '%i %j %u %M' 2>/dev/null | paste -sd ',' - | sed 's/,/, /g' || true)
+    [[ -z $jobs ]] || line+=" [jobs: $jobs]"
+    listed+="${listed:+; }$line"
+  done < <(sinfo -h -N -p "$SLURM_PARTITION" -o '%N|%T|%E' 2>/dev/null)
+  printf '%s' "${listed:-none listed by sinfo}"
 }
 
 main() {
