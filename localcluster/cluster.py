@@ -493,19 +493,36 @@ class LocalCluster:
         return out
 
     def _raise_failed(self, failed: list[BootWatch]) -> None:
-        """Say what a failed boot left: its last log lines, and every node as the controller's
-        Slurm sees it (a wait that timed out is about another node's state); then raise."""
+        """Say what a failed boot left: its last log lines, every node as the controller's
+        Slurm sees it (a wait that timed out is about another node's state) and the jobs in
+        its queue (what holds a node); then raise. The error's first line carries the same
+        in brief: a test report's summary keeps only that line, and a lane run's printed
+        lines may be all a CI log leaves out."""
         if not failed:
             return
+        brief = []
         for w in failed:
             self.out(f"{w.node.hostname}: boot FAILED (exit {w.rc}); last log lines:")
-            for line in self.log_tail(w.node, 15):
+            tail = self.log_tail(w.node, 15)
+            for line in tail:
                 self.out(f"    {line}")
+            last = f": {tail[-1].strip()[-300:]}" if tail else ""
+            brief.append(f"{w.node.hostname} (exit {w.rc}{last})")
         rows = self.node_reasons()
         self.out("Slurm's nodes (sinfo on the controller):" + ("" if rows else " no answer"))
+        said = []
         for name, (state, reason) in sorted(rows.items()):
-            self.out(f"    {name} {state}" + (f" ({reason})" if reason else ""))
-        raise RuntimeError("boot failed on " + ", ".join(f"{w.node.hostname} (exit {w.rc})" for w in failed))
+            said.append(f"{name} {state}" + (f" ({reason})" if reason else ""))
+            self.out(f"    {said[-1]}")
+        jobs = self.queue_rows()
+        self.out("Slurm's queue (squeue on the controller):" + ("" if jobs else " empty or no answer"))
+        for row in jobs:
+            self.out(f"    {row}")
+        raise RuntimeError(
+            "boot failed on "
+            + ", ".join(brief)
+            + f"; Slurm's nodes: {', '.join(said) or 'no answer'}; queue: {', '.join(jobs) or 'empty or no answer'}"
+        )
 
     def _finish_bring_up(self, t0: float, timeout: float) -> float:
         self.watch(timeout=timeout)
@@ -681,6 +698,14 @@ class LocalCluster:
     # ---- Slurm, from the controller --------------------------------------------------
     def ctl(self, *argv: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
         return self.c.run(self.c.controller(), list(argv), timeout=timeout, check=check)
+
+    def queue_rows(self) -> list[str]:
+        """squeue: '<job> <name> <user> <state> <time> <nodes>' per job in the queue."""
+        try:
+            out = self.ctl("squeue", "-h", "-o", "%i %j %u %T %M %N", timeout=10).stdout
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return []
+        return [line.strip() for line in out.splitlines() if line.strip()]
 
     def node_reasons(self) -> dict[str, tuple[str, str]]:
         """sinfo: node -> (state, drain reason or '')."""

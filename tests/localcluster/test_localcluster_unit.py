@@ -335,7 +335,7 @@ def test_boot_log_steps_and_waits_are_read_to_a_tenth_of_a_second_and_split_into
     assert row["wait_kinds"] == {"registration in slurmctld": 0.8}
 
 
-def test_a_failed_boot_says_its_last_lines_and_every_node_as_the_controllers_slurm_sees_it():
+def test_a_failed_boot_says_its_last_lines_and_every_node_and_job_as_the_controllers_slurm_sees_them():
     """A timed-out wait in one node's boot is about another node: the lane's report shows the
     failed node's log and then each node's Slurm state and reason (a health drain, a node down)."""
     from localcluster.cluster import BootWatch, LocalCluster
@@ -350,17 +350,34 @@ def test_a_failed_boot_says_its_last_lines_and_every_node_as_the_controllers_slu
         "ip-10-77-0-12": ("drained", "gpu-cluster health: clock reference 127.0.0.1:1123 did not answer"),
         "ip-10-77-0-11": ("idle", ""),
     }
-    with pytest.raises(RuntimeError, match=r"^boot failed on ip-10-77-0-11 \(exit 1\)$"):
+    lc.queue_rows = lambda: ["7 gpu-cluster-pmix-check root RUNNING 9:58 ip-10-77-0-12"]  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError) as raised:
         lc._raise_failed([BootWatch(node, None, rc=1)])
+    # One line: a test report's summary keeps only the error's first line.
+    assert str(raised.value) == (
+        "boot failed on ip-10-77-0-11 (exit 1: [95-handoff] ERROR: timed out); Slurm's nodes: ip-10-77-0-11 idle, "
+        "ip-10-77-0-12 drained (gpu-cluster health: clock reference 127.0.0.1:1123 did not answer); "
+        "queue: 7 gpu-cluster-pmix-check root RUNNING 9:58 ip-10-77-0-12"
+    )
     assert said == [
         "ip-10-77-0-11: boot FAILED (exit 1); last log lines:",
         "    [95-handoff] ERROR: timed out",
         "Slurm's nodes (sinfo on the controller):",
         "    ip-10-77-0-11 idle",
         "    ip-10-77-0-12 drained (gpu-cluster health: clock reference 127.0.0.1:1123 did not answer)",
+        "Slurm's queue (squeue on the controller):",
+        "    7 gpu-cluster-pmix-check root RUNNING 9:58 ip-10-77-0-12",
     ]
     lc._raise_failed([])  # nothing failed: nothing said, nothing raised
-    assert len(said) == 5
+    assert len(said) == 7
+    lc.log_tail = lambda n, k: []  # type: ignore[method-assign]
+    lc.node_reasons = lambda: {}  # type: ignore[method-assign]
+    lc.queue_rows = lambda: []  # type: ignore[method-assign]
+    with pytest.raises(
+        RuntimeError,
+        match=r"^boot failed on ip-10-77-0-11 \(exit None\); Slurm's nodes: no answer; queue: empty or no answer$",
+    ):
+        lc._raise_failed([BootWatch(node, None)])
 
 
 def test_host_polls_start_short_and_back_off_to_a_cap():
