@@ -1,5 +1,6 @@
 """Step 50's PMIx run check (nodeside/lib/node-pmix.sh) by the node's Slurm state, with a
-fake `scontrol` and a fake lib/check-pmix.sh (which records that the step was tried).
+fake `scontrol`, `squeue` and `scancel` and a fake lib/check-pmix.sh (which records that
+the step was tried).
 
 The case that matters: after a controller replacement the munge responder re-runs step
 50 on every worker, and workers run jobs then. A check step cannot start on a busy node
@@ -37,8 +38,19 @@ if [[ $1 == show && $2 == topology ]]; then
 fi
 cat "$NODE_INFO"
 """
+# squeue lists what LEFTOVER holds (the check's job srun left behind), when asked with the
+# filters the check uses; scancel records its arguments and frees the node.
+SQUEUE = """#!/bin/bash
+[[ "$*" == "-h -n gpu-cluster-pmix-check -w n1 -t pending,running,configuring,suspended -o %i %T" ]] || exit 1
+cat "$LEFTOVER" 2>/dev/null || true
+"""
+SCANCEL = """#!/bin/bash
+echo "$*" >>"$CANCELS"
+sed -i "s/State=[^ ]*/State=IDLE/" "$NODE_INFO"
+"""
 SWITCHES = "SwitchName=nn-leaf1 Level=0 LinkSpeed=1 Nodes=n1\nSwitchName=nn-top Level=1 LinkSpeed=1 Switches=nn-leaf1\n"
 TREE = {"TOPOLOGY_PLUGIN": "topology/tree"}
+CHECK_ARGS = "-N1 -w n1 --immediate=60 --job-name=gpu-cluster-pmix-check --time=2"
 
 
 def run_check(
@@ -48,6 +60,7 @@ def run_check(
     state_after: str = "",
     topology: dict[str, str] | None = None,
     switches: str = SWITCHES,
+    leftover: str = "",
 ) -> tuple[subprocess.CompletedProcess, list[str], str]:
     files = boot_files()
     (tmp_path / "lib").mkdir(exist_ok=True)
@@ -57,8 +70,11 @@ def run_check(
     (tmp_path / "lib" / "check-pmix.sh").chmod(0o755)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "scontrol").write_text(SCONTROL)
-    (bin_dir / "scontrol").chmod(0o755)
+    for name, text in (("scontrol", SCONTROL), ("squeue", SQUEUE), ("scancel", SCANCEL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    if leftover:
+        (tmp_path / "leftover").write_text(leftover)
     (tmp_path / "node").write_text(
         f"NodeName=n1 Arch=x86_64 CoresPerSocket=2\n   State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
     )
@@ -81,6 +97,8 @@ def run_check(
         "STATE_AFTER": str(tmp_path / "state_after"),
         "TOPO_ALL": str(tmp_path / "topology"),
         "TOPO_ASKED": str(tmp_path / "topology_asked"),
+        "LEFTOVER": str(tmp_path / "leftover"),
+        "CANCELS": str(tmp_path / "cancels"),
         "GC_WAIT_FIRST": "0.01",
         "GC_WAIT_INTERVAL": "0.01",
         **(topology or {}),
@@ -111,7 +129,7 @@ def test_a_drained_node_skips_the_check(tmp_path):
 @pytest.mark.parametrize("state", ["IDLE", "IDLE+DYNAMIC_NORM", "IDLE+PLANNED"])
 def test_a_free_node_runs_the_check_and_its_failure_fails_the_step(tmp_path, state):
     r, calls, _ = run_check(tmp_path, state)
-    assert (r.returncode, calls) == (0, ["-N1 -w n1 --immediate=60"]), r.stdout + r.stderr
+    assert (r.returncode, calls) == (0, [CHECK_ARGS]), r.stdout + r.stderr
     assert "PMIx: a two-task srun --mpi=pmix step ran on n1" in r.stdout
     r, calls, _ = run_check(tmp_path, state, check_rc=1)
     assert r.returncode == 1 and len(calls) == 2, r.stdout + r.stderr
@@ -139,7 +157,7 @@ def test_with_a_topology_the_check_waits_until_the_controller_places_the_node(tm
     # switch, and Slurm refused the check's step ("Requested node configuration is not
     # available") until the controller's agent refreshed topology.conf.
     r, calls, notes = run_check(tmp_path, "IDLE", topology={**TREE, "PLACED_AFTER": "3"})
-    assert (r.returncode, calls, notes) == (0, ["-N1 -w n1 --immediate=60"], ""), r.stdout + r.stderr
+    assert (r.returncode, calls, notes) == (0, [CHECK_ARGS], ""), r.stdout + r.stderr
     assert (tmp_path / "topology_asked").read_text().splitlines() == ["n1"] * 4
     assert "done waiting after" in r.stdout and "n1 under a switch in Slurm's topology" in r.stdout
 
@@ -156,5 +174,31 @@ def test_a_topology_without_switches_places_every_node(tmp_path):
     # The template's topology.conf before the controller's first refresh: no switch, and
     # Slurm places jobs as if no topology were loaded.
     r, calls, _ = run_check(tmp_path, "IDLE", topology={**TREE, "PLACED_AFTER": "1000"}, switches="")
-    assert (r.returncode, calls) == (0, ["-N1 -w n1 --immediate=60"]), r.stdout + r.stderr
+    assert (r.returncode, calls) == (0, [CHECK_ARGS]), r.stdout + r.stderr
     assert not (tmp_path / "topology_asked").exists()
+
+
+def test_the_check_is_a_short_named_job_and_a_job_srun_left_behind_is_cancelled_and_said(tmp_path):
+    # A CI lane's hand-off waited 300 s for a node Slurm kept ALLOCATED after its boot's
+    # check: a job srun leaves (killed after its allocation was granted, or a completion
+    # slurmctld never got) holds the node until its time limit, the partition's 60 min.
+    r, calls, _ = run_check(tmp_path, "IDLE", leftover="41 RUNNING\n")
+    assert (r.returncode, calls) == (0, [CHECK_ARGS]), r.stdout + r.stderr
+    assert (tmp_path / "cancels").read_text().splitlines() == ["-n gpu-cluster-pmix-check -w n1"]
+    assert "WARNING: srun left the PMIx check's job on n1 (41 RUNNING); cancelling it" in r.stdout
+    assert "PMIx: a two-task srun --mpi=pmix step ran on n1" in r.stdout
+
+
+def test_a_failed_check_cancels_its_leftover_before_it_reads_the_nodes_state(tmp_path):
+    # srun killed by the check's timeout: the job it leaves makes the node ALLOCATED, which
+    # would read as "taken by the gate" and skip; cancelled first, the failure is the step's.
+    r, calls, notes = run_check(tmp_path, "IDLE", check_rc=1, state_after="ALLOCATED", leftover="42 RUNNING\n")
+    assert (r.returncode, len(calls)) == (1, 1), r.stdout + r.stderr
+    assert (tmp_path / "cancels").read_text().splitlines() == ["-n gpu-cluster-pmix-check -w n1"]
+    assert "srun left the PMIx check's job on n1 (42 RUNNING)" in r.stdout + r.stderr and notes == ""
+
+
+def test_a_check_that_leaves_nothing_cancels_nothing(tmp_path):
+    r, calls, _ = run_check(tmp_path, "IDLE")
+    assert (r.returncode, calls) == (0, [CHECK_ARGS]), r.stdout + r.stderr
+    assert not (tmp_path / "cancels").exists() and "srun left" not in r.stdout

@@ -14,8 +14,17 @@
 # registered is under no switch until the controller's agent refreshes topology.conf
 # (lib/topology.sh, within its tick): the check waits for that, bounded by
 # PMIX_TOPOLOGY_WAIT, and leaves the check to the gate when the refresh is later still.
-# Prerequisites: common.sh; topology.sh (topology_enabled); Slurm clients (scontrol, srun)
-# talking to this cluster's slurmctld.
+# The check is a job of its own (srun outside any allocation), named PMIX_CHECK_JOB and
+# limited to PMIX_CHECK_MINUTES: a job srun leaves behind (srun killed by the check's
+# timeout after its allocation was granted; a completion message slurmctld never got,
+# which srun does not retry) holds the node ALLOCATED until its time limit, the
+# partition's DefaultTime (60 min) without one, and InactiveLimit=0 never ends it: the
+# controller's hand-off then waits for this node to be idle until it gives up. After
+# srun returns, a job of that name still on this node is cancelled and said.
+# Prerequisites: common.sh; topology.sh (topology_enabled); Slurm clients (scontrol, srun,
+# squeue, scancel) talking to this cluster's slurmctld.
+PMIX_CHECK_JOB=gpu-cluster-pmix-check
+PMIX_CHECK_MINUTES=2
 
 # pmix_busy_state STATE: STATE (scontrol's State=, e.g. MIXED+DRAIN) says the node holds jobs.
 pmix_busy_state() {
@@ -30,6 +39,18 @@ pmix_placed() {
   out=$(scontrol show topology 2>/dev/null) || return 1
   grep -q 'SwitchName=' <<<"$out" || return 0
   scontrol show topology "$NODE_NAME" 2>/dev/null | grep -q 'SwitchName='
+}
+
+# pmix_leftover: cancel the check's job if srun left it on this node, and say so.
+pmix_leftover() {
+  local jobs
+  # Not COMPLETING: srun returns once slurmctld took the completion, so a job it ended
+  # may still be listed as completing; that one frees the node by itself.
+  jobs=$(squeue -h -n "$PMIX_CHECK_JOB" -w "$NODE_NAME" -t pending,running,configuring,suspended -o '%i %T' 2>/dev/null |
+    paste -sd ',' - || true)
+  [[ -n $jobs ]] || return 0
+  warn "srun left the PMIx check's job on $NODE_NAME ($jobs); cancelling it: it holds the node until its time limit"
+  scancel -n "$PMIX_CHECK_JOB" -w "$NODE_NAME" 2>/dev/null || warn "scancel -n $PMIX_CHECK_JOB -w $NODE_NAME failed"
 }
 
 pmix_check() {
@@ -47,10 +68,13 @@ pmix_check() {
     skip "PMIx run check ($NODE_NAME is under no switch in Slurm's topology after ${PMIX_TOPOLOGY_WAIT:-240}s, so Slurm refuses a job on it; the validation gate runs it once the controller places the node)"
     return 0
   fi
-  said=$("$GPU_CLUSTER_HOME/lib/check-pmix.sh" -N1 -w "$NODE_NAME" --immediate=60) && {
+  said=$("$GPU_CLUSTER_HOME/lib/check-pmix.sh" -N1 -w "$NODE_NAME" --immediate=60 \
+    --job-name="$PMIX_CHECK_JOB" --time="$PMIX_CHECK_MINUTES") && {
+    pmix_leftover
     log "PMIx: a two-task srun --mpi=pmix step ran on $NODE_NAME"
     return 0
   }
+  pmix_leftover
   # The node was free when asked, but registering made it idle, and the controller's
   # step 95 submits the validation gate across every idle node at that moment: the gate
   # can take this node while the check waits for it (--immediate runs out with the gate
