@@ -518,6 +518,7 @@ class LocalCluster:
         self.out("Slurm's queue (squeue on the controller):" + ("" if jobs else " empty or no answer"))
         for row in jobs:
             self.out(f"    {row}")
+        self._say_daemon_logs([name for name, (state, _) in rows.items() if state != "idle"])
         raise RuntimeError(
             "boot failed on "
             + ", ".join(brief)
@@ -698,6 +699,22 @@ class LocalCluster:
     # ---- Slurm, from the controller --------------------------------------------------
     def ctl(self, *argv: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
         return self.c.run(self.c.controller(), list(argv), timeout=timeout, check=check)
+
+    def _say_daemon_logs(self, busy: list[str]) -> None:
+        """The last lines of slurmctld's log and of the slurmd log of each node that is not
+        idle: what Slurm did to the nodes the failed boot waited for."""
+        nodes = {n.hostname: n for n in self.c.nodes.values()}
+        ctl = [n for n in nodes.values() if n.role == "controller"]
+        logs = [(node, layout.SLURMCTLD_LOG, 40) for node in ctl]
+        logs += [(nodes[h], layout.SLURMD_LOG, 15) for h in sorted(busy) if h in nodes]
+        for node, path, n in logs:
+            try:
+                lines = node.upper(path).read_text(errors="replace").splitlines()[-n:]
+            except (OSError, ValueError) as e:
+                lines = [f"unreadable: {e}"]
+            self.out(f"{node.hostname}:{path} (last {n} lines):")
+            for line in lines:
+                self.out(f"    {line}")
 
     def queue_rows(self) -> list[str]:
         """squeue: '<job> <name> <user> <state> <time> <nodes>' per job in the queue."""

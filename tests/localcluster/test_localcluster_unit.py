@@ -475,3 +475,39 @@ def test_local_cluster_placement_is_checked_and_the_cli_takes_blocks():
     assert _parser().parse_args(["end-block", "a"]).block == "a"
     with pytest.raises(SystemExit):
         _parser().parse_args(["up", "--controller", "gpu"])
+
+
+def test_a_failed_boot_shows_slurmctlds_log_and_the_slurmd_log_of_each_node_that_is_not_idle(tmp_path):
+    """A node Slurm keeps ALLOCATED with no job in the queue (a CI lane's stalled hand-off):
+    the report shows what the daemons logged about it."""
+    from localcluster.cluster import BootWatch, LocalCluster
+    from localcluster.nodes import Node
+
+    said: list[str] = []
+    lc = LocalCluster("logchk", out=said.append)
+    nodes = {}
+    for serial, role in ((11, "controller"), (12, "worker"), (13, "worker")):
+        host = f"ip-10-77-0-{serial}"
+        nodes[host] = Node(cluster="logchk", serial=serial, hostname=host, ip=f"10.77.0.{serial}", instance_id="i-0",
+                           role=role, netns="n", veth="v", dir=str(tmp_path / host))  # fmt: skip
+        logs = tmp_path / host / "upper" / "var-log" / "slurm"
+        logs.mkdir(parents=True)
+        (logs / "slurmd.log").write_text("".join(f"{host} slurmd line {i}\n" for i in range(20)))
+        if role == "controller":
+            (logs / "slurmctld.log").write_text("".join(f"ctld line {i}\n" for i in range(50)))
+    lc.c.nodes = nodes
+    lc.log_tail = lambda n, k: []  # type: ignore[method-assign]
+    lc.node_reasons = lambda: {  # type: ignore[method-assign]
+        "ip-10-77-0-11": ("allocated", ""),
+        "ip-10-77-0-12": ("idle", ""),
+        "ip-10-77-0-13": ("down", "gone"),
+    }
+    lc.queue_rows = lambda: []  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        lc._raise_failed([BootWatch(nodes["ip-10-77-0-11"], None)])
+    at = said.index("ip-10-77-0-11:/var/log/slurm/slurmctld.log (last 40 lines):")
+    assert said[at + 1 : at + 41] == [f"    ctld line {i}" for i in range(10, 50)]
+    assert said[at + 41] == "ip-10-77-0-11:/var/log/slurm/slurmd.log (last 15 lines):"
+    assert said[at + 42 : at + 57] == [f"    ip-10-77-0-11 slurmd line {i}" for i in range(5, 20)]
+    assert said[at + 57] == "ip-10-77-0-13:/var/log/slurm/slurmd.log (last 15 lines):"
+    assert len(said) == at + 73 and not any("ip-10-77-0-12 slurmd" in line for line in said)
