@@ -32,7 +32,9 @@ not used for the catalog's types (docs/topology.md says why).
 Applying: the new file is written atomically, published on /fsx for the workers, and
 `scontrol reconfigure` makes slurmctld and every slurmd re-read it; running jobs keep
 their nodes and pending jobs are placed by the new topology. A file that did not change
-since slurmctld last read it is not applied again. When EC2 cannot be read (throttled
+since slurmctld last read it is not applied again. Slurm before 23.02.2 gets a file
+without a switch and no reconfigure: there is nothing to apply, and 22.05's reconfigure
+leaves a dynamic node that runs a job across it ALLOCATED after the job ends. When EC2 cannot be read (throttled
 past the retries, denied, unreachable), nodes keep their last recorded network nodes and
 new nodes go flat, so a node that joined is still in topology.conf. Exit status: 0
 applied or unchanged, 2 usage, 3 EC2 or Slurm could not be read or reconfigure failed
@@ -309,8 +311,8 @@ def refresh(args, fetch_pages, run=subprocess.run, now=None):
     text = render(args.plugin, placed, flat, {n: answers.get(i) for n, i in node_ids.items()})
     lines = [f"topology: {node} stays in the flat layout for now: {why}" for node, why in sorted(flat.items())]
     version = slurm_version(run)
-    if too_old(version):
-        seen = f"{version[0]}.{version[1]:02d}.{version[2]}"
+    seen = f"{version[0]}.{version[1]:02d}.{version[2]}" if too_old(version) else ""
+    if seen:
         text = text.split("\n", 2)[0] + (
             f"\n# Slurm {seen} leaves dynamic nodes out of the topology (fixed in 23.02.2): no switch;"
             " Slurm schedules without a topology.\n"
@@ -331,6 +333,13 @@ def refresh(args, fetch_pages, run=subprocess.run, now=None):
         return lines + [f"topology: unchanged {counts}"], failure
     write_atomic(args.conf, text)
     write_atomic(os.path.join(published, "topology.conf"), text)
+    if seen:
+        # No reconfigure there: a file without a switch is how slurmctld already schedules
+        # (step 50's file has none either), and on 22.05 a dynamic node that runs a job
+        # across `scontrol reconfigure` stays ALLOCATED, with no job, once the job ends
+        # (tests/daemons/test_topology_slurm.py): the hand-off then waits for it in vain.
+        write_atomic(applied, digest + "\n", 0o600)
+        return lines + [f"topology: wrote {args.conf} {counts}; no scontrol reconfigure (Slurm {seen})"], failure
     r = run(["scontrol", "reconfigure"], capture_output=True, text=True, check=False, timeout=120)
     if r.returncode != 0:
         why = (

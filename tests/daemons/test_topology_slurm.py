@@ -17,12 +17,16 @@ refresh's own renderer. Shown:
 - a node that registered after the last refresh is under no switch: Slurm refuses a job
   naming it until the refresh puts it in a leaf (here the flat one); on 22.05 even after
   it (dynamic nodes join the tree from 23.02.2 on), which is why the refresh writes no
-  switch for Slurm before 23.02.2.
+  switch for Slurm before 23.02.2;
+- on 22.05 a dynamic node that runs a job across `scontrol reconfigure` stays ALLOCATED,
+  with no job, once the job ended (24.11 frees it), which is why the refresh does not
+  reconfigure Slurm before 23.02.2 at all.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -291,3 +295,51 @@ def test_block_is_read_and_places_a_job_in_one_block(cluster):
     }, out
     a = submit(c, "-N2")
     assert nodes_of(c, a) in (["f1", "f2"], ["f3", "f4"], ["f5", "f6"])
+
+
+def test_a_job_across_a_reconfigure_frees_its_dynamic_node_on_24_11_and_not_on_22_05(cluster):
+    """Why the refresh never reconfigures Slurm before 23.02.2 (nodeside/topology.py). On 22.05
+    a dynamic node that runs a job across `scontrol reconfigure` stays ALLOCATED once the job
+    ended, with no job and nothing allocated (resuming it, or restarting slurmctld, brings the
+    state back: measured). A CI lane's hand-off waited its 300 s for such a node: the
+    topology agent's first refresh ran during that node's PMIx check job. 24.11 frees the
+    node, as 23.11.4 (the nodes' Slurm) did in the same run on the slurm2311 lane's root."""
+    c = cluster
+    start(c, generated("tree", {}), with_slurmd=True)
+    node = host_short_name()
+    if c.series != "22.05":  # as the refresh places a node that registered (flat here)
+        two = {n: ANSWER[n] for n in ("f1", "f2")}
+        c.write_configs({"topology.conf": generated("tree", two, extra_flat=(node,))})
+        reconfigure(c)
+        wait_for(
+            lambda: node in hosts(c, show_topology(c).get("gpu-cluster-flat", {}).get("Nodes", "")),
+            60,
+            f"{node} in the flat leaf",
+        )
+    srun = subprocess.Popen(
+        c._argv(["srun", "-N1", "-n1", "-w", node, "--time=2", "sleep", "5"]),
+        env=c.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: srun.poll() is not None or c.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.strip(),
+            30,
+            "the job to run",
+        )
+        assert srun.poll() is None, srun.communicate()[1]
+        reconfigure(c)
+        _, err = srun.communicate(timeout=60)
+    finally:
+        if srun.poll() is None:
+            srun.kill()
+    assert srun.returncode == 0, err
+    wait_for(lambda: not c.run("squeue", "-h", "-o", "%i").stdout.strip(), 30, "the job to leave the queue")
+
+    def node_fields() -> dict[str, str]:
+        return parse_node_line(c.run("scontrol", "-o", "show", "node", node).stdout)
+
+    if c.series == "22.05":
+        fields = node_fields()
+        assert (fields["State"].split("+")[0], fields["CPUAlloc"]) == ("ALLOCATED", "0"), fields
+    else:
+        wait_for(lambda: node_fields()["State"].split("+")[0] == "IDLE", 30, f"{node} to be idle again")

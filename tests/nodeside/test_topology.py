@@ -314,13 +314,22 @@ def test_slurm_before_23_02_2_gets_no_switch_but_the_record_keeps_the_network_no
             {"InstanceIds": ["i-1", "i-2", "i-3"]},
         )
 
-    rc, fsx, _ = _refresh_with(tmp_path, answer, version="slurm-wlm 22.05.8")
+    rc, fsx, slurm = _refresh_with(tmp_path, answer, version="slurm-wlm 22.05.8")
     assert rc == 0
     conf = (fsx / "etc/topology.conf").read_text()
     assert "SwitchName" not in conf and "Slurm 22.05.8 leaves dynamic nodes out" in conf
-    assert "predates dynamic nodes in topology.conf (23.02.2): recorded, not applied" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "predates dynamic nodes in topology.conf (23.02.2): recorded, not applied" in out
     recorded = json.loads((fsx / "topology/nodes.json").read_text())["nodes"]
     assert recorded["n3"]["network_nodes"] == ["a", "b", "d"]
+    # Written and published, never reconfigured: nothing to apply, and on 22.05 a reconfigure
+    # leaves a dynamic node that runs a job across it ALLOCATED once the job ends
+    # (tests/daemons/test_topology_slurm.py). The tick reads the counts off the last line.
+    assert ["scontrol", "reconfigure"] not in slurm.calls
+    assert (fsx / "topology/topology.conf").read_text() == conf
+    assert out.splitlines()[-1] == (
+        f"topology: wrote {fsx / 'etc/topology.conf'} (3 placed, 1 flat); no scontrol reconfigure (Slurm 22.05.8)"
+    )
 
 
 def test_failed_boot_placeholders_are_not_placed():
