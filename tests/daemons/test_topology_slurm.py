@@ -190,6 +190,19 @@ def reconfigure(c: SlurmTestCluster) -> None:
         print(f"\n{c.series}: scontrol reconfigure said {r.returncode}: {r.stderr.strip()}")
 
 
+def refresh_with_flat(c: SlurmTestCluster, paths: dict[str, list[str]], host: str) -> None:
+    """A refresh that places `host` (a node that registered since) in the flat leaf beside
+    the nodes of `paths`: the new topology.conf, the reconfigure, and the leaf in
+    `scontrol show topology`."""
+    c.write_configs({"topology.conf": generated("tree", paths, extra_flat=(host,))})
+    reconfigure(c)
+    wait_for(
+        lambda: host in hosts(c, show_topology(c).get("gpu-cluster-flat", {}).get("Nodes", "")),
+        60,
+        f"{host} in the flat leaf",
+    )
+
+
 def test_tree_placement_switch_wait_and_a_refresh(cluster):
     c = cluster
     start(c, generated("tree", ANSWER))
@@ -254,13 +267,7 @@ def test_a_node_registered_after_the_last_refresh_is_scheduled_from_the_next(clu
     )
     assert r.returncode != 0 and "configuration is not available" in r.stderr, r.stdout + r.stderr
     print(f"\n{c.series}: a job naming a node outside topology.conf: {r.stderr.strip()}")
-    c.write_configs({"topology.conf": generated("tree", two, extra_flat=(host,))})
-    reconfigure(c)
-    wait_for(
-        lambda: host in hosts(c, show_topology(c).get("gpu-cluster-flat", {}).get("Nodes", "")),
-        60,
-        f"{host} in the flat leaf",
-    )
+    refresh_with_flat(c, two, host)
     if c.series == "22.05":
         # 22.05 builds the switch tree without dynamic nodes even after the reconfigure that
         # lists one (fixed in 23.02.2): still refused. So the refresh writes no switch on
@@ -308,14 +315,7 @@ def test_a_job_across_a_reconfigure_frees_its_dynamic_node_on_24_11_and_not_on_2
     start(c, generated("tree", {}), with_slurmd=True)
     node = host_short_name()
     if c.series != "22.05":  # as the refresh places a node that registered (flat here)
-        two = {n: ANSWER[n] for n in ("f1", "f2")}
-        c.write_configs({"topology.conf": generated("tree", two, extra_flat=(node,))})
-        reconfigure(c)
-        wait_for(
-            lambda: node in hosts(c, show_topology(c).get("gpu-cluster-flat", {}).get("Nodes", "")),
-            60,
-            f"{node} in the flat leaf",
-        )
+        refresh_with_flat(c, {n: ANSWER[n] for n in ("f1", "f2")}, node)
     srun = subprocess.Popen(
         c._argv(["srun", "-N1", "-n1", "-w", node, "--time=2", "sleep", "5"]),
         env=c.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

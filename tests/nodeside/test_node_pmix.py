@@ -179,9 +179,9 @@ def test_a_topology_without_switches_places_every_node(tmp_path):
 
 
 def test_the_check_is_a_short_named_job_and_a_job_srun_left_behind_is_cancelled_and_said(tmp_path):
-    # A CI lane's hand-off waited 300 s for a node Slurm kept ALLOCATED after its boot's
-    # check: a job srun leaves (killed after its allocation was granted, or a completion
-    # slurmctld never got) holds the node until its time limit, the partition's 60 min.
+    # A job srun leaves (killed with its shepherd by the check's timeout after the allocation
+    # was granted, or a completion slurmctld never got) holds the node until its time limit,
+    # the partition's 60 min, and the controller's hand-off waits for that node in vain.
     r, calls, _ = run_check(tmp_path, "IDLE", leftover="41 RUNNING\n")
     assert (r.returncode, calls) == (0, [CHECK_ARGS]), r.stdout + r.stderr
     assert (tmp_path / "cancels").read_text().splitlines() == ["-n gpu-cluster-pmix-check -w n1"]
