@@ -34,11 +34,11 @@ Applying: the new file is written atomically, published on /fsx for the workers,
 their nodes and pending jobs are placed by the new topology. A file that did not change
 since slurmctld last read it is not applied again. Slurm before 23.02.2 gets a file
 without a switch and no reconfigure: there is nothing to apply, and 22.05's reconfigure
-leaves a dynamic node that runs a job across it ALLOCATED after the job ends. When EC2 cannot be read (throttled
-past the retries, denied, unreachable), nodes keep their last recorded network nodes and
-new nodes go flat, so a node that joined is still in topology.conf. Exit status: 0
-applied or unchanged, 2 usage, 3 EC2 or Slurm could not be read or reconfigure failed
-(said on stderr), 4 internal error.
+leaves a dynamic node that runs a job across it ALLOCATED after the job ends. When EC2
+cannot be read (throttled past the retries, denied, unreachable), nodes keep their last
+recorded network nodes and new nodes go flat, so a node that joined is still in
+topology.conf. Exit status: 0 applied or unchanged, 2 usage, 3 EC2 or Slurm could not be
+read or reconfigure failed (said on stderr), 4 internal error.
 """
 
 import argparse
